@@ -1,0 +1,128 @@
+"""The .tk abstract syntax tree. Every node carries the source location of its first token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dsl.diagnostics import Loc
+
+
+@dataclass
+class Node:
+    loc: Loc
+
+
+# ---- expressions ----------------------------------------------------------------------------
+@dataclass
+class IntLit(Node):
+    value: int
+
+
+@dataclass
+class FloatLit(Node):
+    value: float
+
+
+@dataclass
+class Name(Node):
+    id: str
+
+
+@dataclass
+class Call(Node):
+    fn: str
+    args: list["Expr"]
+
+
+@dataclass
+class BinOp(Node):
+    op: str  # + - * / % @ == != < <= > >=
+    lhs: "Expr"
+    rhs: "Expr"
+
+
+@dataclass
+class Neg(Node):
+    operand: "Expr"
+
+
+@dataclass
+class Slice(Node):
+    """One subscript: `lo : +size` (kind "len"), `lo : hi` ("range"), `:` ("all"), `i` ("one")."""
+
+    kind: str
+    lo: "Expr | None" = None
+    hi: "Expr | None" = None
+
+
+@dataclass
+class Index(Node):
+    """`base[subscripts]`: a slice of a global tensor, or a type such as `f32[BM, R]`."""
+
+    base: str
+    subs: list[Slice]
+
+
+Expr = IntLit | FloatLit | Name | Call | BinOp | Neg | Index
+
+
+# ---- statements -----------------------------------------------------------------------------
+@dataclass
+class Grid(Node):
+    extents: list[Expr]
+    vars: list[str]
+    threads: Expr | None
+
+
+@dataclass
+class Assign(Node):
+    target: str
+    value: Expr
+
+
+@dataclass
+class AugAssign(Node):
+    target: str
+    op: str  # + - * /
+    value: Expr
+
+
+@dataclass
+class Store(Node):
+    """`T[subscripts] = value` (or `op=` when `op` is set, which is rejected for globals)."""
+
+    target: str
+    subs: list[Slice]
+    value: Expr
+    op: str | None = None
+
+
+@dataclass
+class For(Node):
+    var: str
+    kind: str  # range, pipelined, unroll
+    args: list[Expr]
+    body: list["Stmt"]
+
+
+Stmt = Grid | Assign | AugAssign | Store | For
+
+
+# ---- kernel ---------------------------------------------------------------------------------
+@dataclass
+class Param(Node):
+    name: str
+    dtype: str
+    dims: list[tuple[str | int, Loc]]
+
+
+@dataclass
+class Kernel(Node):
+    name: str
+    consts: dict[str, tuple[int, Loc]]
+    inputs: list[Param]
+    outputs: list[Param]
+    dim_defaults: dict[str, tuple[int, Loc]]
+    requires: list[Expr]
+    reference: tuple[str, Loc] | None
+    body: list[Stmt] = field(default_factory=list)

@@ -1,0 +1,269 @@
+"""The tile IR's ops, registered in one explicit table (`OPS`).
+
+Semantics are buffer-based: `tile.alloc` defines a buffer; `tile.fill`, `tile.copy`,
+`tile.elementwise`, `tile.reduce` and `tile.gemm` write their last operand in place. Index
+expressions (offsets, bounds, grid sizes) are strings in the syntax of dsl/expr.lark over the
+problem dims, schedule constants, grid variables and loop variables in scope. The reference
+interpreter (dsl/interpreter.py) is the executable definition of each op.
+"""
+
+from __future__ import annotations
+
+from dsl import exprs
+from dsl.ir import Op
+from dsl.types import FLOAT_DTYPES
+
+UNARY = ("neg", "exp", "relu", "silu", "abs", "sqrt", "rsqrt")
+BINARY = ("add", "sub", "mul", "div", "max", "min")
+REDUCE = ("sum", "max", "min")
+LOOP_KINDS = ("serial", "pipelined", "unroll")
+
+
+def _shape(v, env):
+    return v.type.concrete_shape(env)
+
+
+class FuncOp(Op):
+    """A kernel. Region 0 has one block argument per global tensor (inputs, then outputs).
+
+    Attributes: `sym_name` (kernel name), `dims` (problem dims -> int, the compile is
+    specialized on them), `consts` (schedule constants -> int), `outputs` (indices of the
+    arguments the kernel writes), `reference` (the torch expression that defines the result).
+
+    Example: `tile.func() {consts = {BM = 64}, dims = {M = 128}, outputs = [1], reference = "A",
+    sym_name = "k"} loc("k.tk":1:1) { ^(%A: global<f16[M]>, %C: global<f16[M]>) ... }`
+    """
+
+    name = "tile.func"
+
+    def verify(self, fail, env):
+        if not self.regions or not self.regions[0].args:
+            fail("`tile.func` needs a region with global tensor arguments")
+            return
+        n = len(self.regions[0].args)
+        for i in self.attrs.get("outputs", []):
+            if not 0 <= i < n:
+                fail(f"output index {i} out of range for {n} arguments")
+        for a in self.regions[0].args:
+            if a.type.space != "global":
+                fail(f"argument `{a}` must be in space `global`, not `{a.type.space}`")
+
+
+class RequireOp(Op):
+    """A precondition on dims and constants, checked when the kernel is specialized.
+
+    Attribute `cond`: an index expression that must be nonzero. Example:
+    `tile.require() {cond = "K % R == 0"} loc("miss_v3.tk":4:14)`
+    """
+
+    name = "tile.require"
+
+
+class LaunchOp(Op):
+    """The launch grid: one instance of the region per tile program (thread block).
+
+    Attributes: `grid` (list of extents), `vars` (the block index names, one per extent),
+    `threads` (threads per block). Example:
+    `tile.launch() {grid = ["cdiv(M, BM)"], threads = "128", vars = ["m"]} loc(...) { ... }`
+    """
+
+    name = "tile.launch"
+
+    def verify(self, fail, env):
+        if len(self.attrs.get("grid", [])) != len(self.attrs.get("vars", [])):
+            fail("`grid` and `vars` must have the same length")
+        if not 1 <= len(self.attrs.get("grid", [])) <= 3:
+            fail("the grid must have 1 to 3 dimensions")
+
+
+class AllocOp(Op):
+    """Allocate a tile buffer in the result type's space (`shared`, `frag` or `local`).
+
+    Attribute `stages` (optional, default 1): copies of the buffer for a pipelined loop,
+    set by `software-pipeline`; shared-memory use is bytes x stages. Contents start undefined.
+    Example: `%S = tile.alloc() : frag<f32[64, 64]> loc(...)`
+    """
+
+    name = "tile.alloc"
+
+    def verify(self, fail, env):
+        if len(self.results) != 1 or self.operands:
+            fail("`tile.alloc` has no operands and one result")
+            return
+        if self.result.type.space == "global":
+            fail("`tile.alloc` cannot allocate in space `global`")
+        if any(d <= 0 for d in _shape(self.result, env)):
+            fail(f"tile `{self.result}` has a non-positive dim: {self.result.type}")
+
+
+class FillOp(Op):
+    """Set every element of a buffer to the float attribute `value`.
+
+    Example: `tile.fill(%S) {value = 0.0} loc(...)`
+    """
+
+    name = "tile.fill"
+
+    def verify(self, fail, env):
+        if len(self.operands) != 1 or self.operands[0].type.space == "global":
+            fail("`tile.fill` takes one tile buffer")
+
+
+class CopyOp(Op):
+    """Copy (and convert the dtype of) a tile: global->buffer, buffer->global or buffer->buffer.
+
+    The global side is addressed by `src_offsets` / `dst_offsets` (one index expression per dim);
+    the tile's shape is the buffer side's. Elements of a global read outside the tensor read as
+    0; elements written outside it are dropped (this is how partial tiles and PEFT's zero padding
+    of K behave). `checked` (set by `tile`) lists, per dim of the global side, whether the access
+    may leave the tensor; `async` (set by `software-pipeline`) marks a global->shared copy that
+    may be issued ahead (cp.async). Example:
+    `tile.copy(%A, %a) {src_offsets = ["m * 64", "s * 64"]} loc(...)`
+    """
+
+    name = "tile.copy"
+
+    def verify(self, fail, env):
+        if len(self.operands) != 2:
+            fail("`tile.copy` takes a source and a destination")
+            return
+        src, dst = self.operands
+        if src.type.space == "global" and dst.type.space == "global":
+            fail("`tile.copy` between two global tensors is not supported; stage through a tile")
+            return
+        for side, v in (("src", src), ("dst", dst)):
+            offs = self.attrs.get(f"{side}_offsets")
+            if v.type.space == "global":
+                if offs is None or len(offs) != v.type.rank:
+                    fail(f"`{side}_offsets` needs {v.type.rank} entries for `{v}`")
+            elif offs is not None:
+                fail(f"`{side}_offsets` given for tile buffer `{v}`")
+        tile = dst if src.type.space == "global" else src
+        other = src if tile is dst else dst
+        if other.type.space == "global":
+            if other.type.rank != tile.type.rank:
+                fail(f"rank mismatch: `{other}` is rank {other.type.rank}, tile is rank {tile.type.rank}")
+        elif _shape(src, env) != _shape(dst, env):
+            fail(f"shape mismatch: `{src}` is {src.type}, `{dst}` is {dst.type}")
+
+
+class ElementwiseOp(Op):
+    """out = fn(inputs...) elementwise; last operand is the output (it may also be an input).
+
+    `fn` is unary (neg exp relu silu abs sqrt rsqrt) or binary (add sub mul div max min); a
+    binary fn with one input uses the float attribute `scalar` as its second operand. Inputs may
+    broadcast dims of size 1. Computation is in f32 (f64 for f64), rounded to the output dtype.
+    Example: `tile.elementwise(%S, %a, %S) {fn = "add"} loc(...)`
+    """
+
+    name = "tile.elementwise"
+
+    def verify(self, fail, env):
+        fn = self.attrs.get("fn")
+        if fn not in UNARY + BINARY:
+            fail(f"unknown elementwise fn `{fn}`")
+            return
+        ins = self.operands[:-1]
+        want = 1 if fn in UNARY or "scalar" in self.attrs else 2
+        if len(ins) != want:
+            fail(f"`{fn}` takes {want} input(s), got {len(ins)}")
+        out = _shape(self.operands[-1], env)
+        for v in self.operands:
+            if v.type.space == "global":
+                fail(f"`tile.elementwise` operand `{v}` must be a tile buffer, not a global tensor")
+                return
+        for v in ins:
+            s = _shape(v, env)
+            if len(s) != len(out) or any(a != b and a != 1 for a, b in zip(s, out)):
+                fail(f"shape mismatch: input `{v}` is {v.type}, output is {self.operands[-1].type}")
+
+
+class ReduceOp(Op):
+    """dst = fn(src) along `axis` (the reduced dim has size 1 in dst); fn is sum, max or min.
+
+    With `accumulate = true` the result is combined with dst's old value instead.
+    Example: `tile.reduce(%x, %s) {axis = 1, fn = "sum"} loc(...)`
+    """
+
+    name = "tile.reduce"
+
+    def verify(self, fail, env):
+        if self.attrs.get("fn") not in REDUCE or len(self.operands) != 2:
+            fail("`tile.reduce` takes fn in sum/max/min, a source and a destination")
+            return
+        src, dst = (_shape(v, env) for v in self.operands)
+        axis = self.attrs.get("axis", -1)
+        if not 0 <= axis < len(src):
+            fail(f"axis {axis} out of range for rank {len(src)}")
+            return
+        want = src[:axis] + (1,) + src[axis + 1:]
+        if dst != want:
+            fail(f"reduce result must have shape {list(want)}, got {list(dst)}")
+
+
+class GemmOp(Op):
+    """acc += a @ b with a: [M, K], b: [K, N], acc: [M, N]; products accumulate in acc's dtype.
+
+    Operands are tiles (shared, frag or local); acc is frag or local and a float dtype.
+    Backends use tensor cores (mma/wgmma through T.gemm) when the tile allows it.
+    Example: `tile.gemm(%a, %b, %acc) loc(...)`
+    """
+
+    name = "tile.gemm"
+
+    def verify(self, fail, env):
+        if len(self.operands) != 3:
+            fail("`tile.gemm` takes a, b and acc")
+            return
+        a, b, acc = self.operands
+        if any(v.type.space == "global" for v in (a, b, acc)):
+            fail("`tile.gemm` operands must be tiles; copy global slices into shared first")
+            return
+        if acc.type.space not in ("frag", "local") or acc.type.dtype not in FLOAT_DTYPES:
+            fail(f"gemm accumulator `{acc}` must be a float frag/local tile, got {acc.type}")
+        sa, sb, sc = (_shape(v, env) for v in (a, b, acc))
+        if len(sa) != 2 or len(sb) != 2 or len(sc) != 2:
+            fail("`tile.gemm` operands must be 2-d")
+            return
+        if sa[1] != sb[0] or sa[0] != sc[0] or sb[1] != sc[1]:
+            fail(f"gemm shapes do not agree: {a.type} @ {b.type} -> {acc.type}")
+
+
+class ForOp(Op):
+    """A loop `for var in [lo, hi)`; `kind` is serial, unroll or pipelined.
+
+    A pipelined loop carries `stages` (an index expression): how many iterations' global loads
+    may be in flight (TileLang `T.Pipelined(n, num_stages)`, CUDA multi-buffered cp.async).
+    Example: `tile.for() {hi = "K / 64", kind = "pipelined", lo = "0", stages = "3", var = "s"}`
+    """
+
+    name = "tile.for"
+
+    def verify(self, fail, env):
+        if self.attrs.get("kind") not in LOOP_KINDS:
+            fail(f"unknown loop kind `{self.attrs.get('kind')}`")
+        if self.attrs.get("kind") == "pipelined" and "stages" not in self.attrs:
+            fail("a pipelined loop needs `stages`")
+        if len(self.regions) != 1:
+            fail("`tile.for` has one region")
+
+
+OPS: dict[str, type[Op]] = {
+    cls.name: cls
+    for cls in (FuncOp, RequireOp, LaunchOp, AllocOp, FillOp, CopyOp, ElementwiseOp, ReduceOp,
+                GemmOp, ForOp)
+}
+
+# Attributes that hold index expressions (strings), checked for names in scope by the verifier.
+EXPR_ATTRS = ("cond", "grid", "threads", "src_offsets", "dst_offsets", "lo", "hi", "stages")
+
+
+def expr_attrs(op: Op):
+    """(attribute name, parsed expression) for every index expression `op` carries."""
+    for key in EXPR_ATTRS:
+        v = op.attrs.get(key)
+        if v is None:
+            continue
+        for text in (v if isinstance(v, list) else [v]):
+            if isinstance(text, str):
+                yield key, exprs.parse(text)

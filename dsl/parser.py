@@ -1,0 +1,163 @@
+"""Parse .tk source into the AST of dsl/ast.py (grammar: dsl/grammar.lark).
+
+Syntax errors raise :class:`dsl.diagnostics.TkError` at the offending token with what was
+expected; every AST node keeps the line and column of its first token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+
+import lark
+
+from dsl import ast as A
+from dsl.diagnostics import Loc, TkError, error
+
+_TOKEN_NAMES = {
+    "LPAR": "`(`", "RPAR": "`)`", "LBRACE": "`{`", "RBRACE": "`}`", "LSQB": "`[`", "RSQB": "`]`",
+    "COMMA": "`,`", "COLON": "`:`", "EQUAL": "`=`", "NAME": "a name", "INT": "an integer",
+    "FLOAT": "a number", "STRING": "a string", "MORETHAN": "`>`", "LESSTHAN": "`<`",
+    "MINUS": "`-`", "PLUS": "`+`", "ADD": "`+` or `-`", "MULOP": "an operator", "AUGOP": "`+=`",
+    "CMP": "a comparison", "$END": "end of file", "__ANON_0": "`->`",
+}
+
+
+@lru_cache(maxsize=1)
+def _parser() -> lark.Lark:
+    path = os.path.join(os.path.dirname(__file__), "grammar.lark")
+    return lark.Lark.open(path, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+def parse(source: str, filename: str = "<input>") -> A.Kernel:
+    """Parse one kernel. Raises TkError for syntax errors (with expected tokens as a note)."""
+    try:
+        tree = _parser().parse(source)
+    except lark.exceptions.UnexpectedCharacters as exc:
+        raise error(Loc(filename, exc.line, exc.column),
+                    f"unexpected character `{source[exc.pos_in_stream]}`",
+                    "comments start with `#`; see docs/LANGUAGE.md for the syntax") from None
+    except lark.exceptions.UnexpectedToken as exc:
+        tok = exc.token
+        expected = sorted(_TOKEN_NAMES.get(t, f"`{t.lower()}`") for t in exc.expected)[:8]
+        what = "end of file" if tok.type == "$END" else f"`{tok}`"
+        line = tok.line if tok.type != "$END" else max(source.count("\n"), 1)
+        col = tok.column if tok.type != "$END" else 1
+        raise error(Loc(filename, line, col), f"syntax error: unexpected {what}",
+                    f"expected {', '.join(expected)}") from None
+    except lark.exceptions.UnexpectedEOF:
+        raise error(Loc(filename, max(source.count("\n"), 1), 1), "syntax error: unexpected end of file",
+                    "is a `}` missing?") from None
+    return _Builder(filename).kernel(tree.children[0])
+
+
+class _Builder:
+    def __init__(self, filename: str):
+        self.filename = filename
+
+    def loc(self, node) -> Loc:
+        if isinstance(node, lark.Token):
+            return Loc(self.filename, node.line, node.column)
+        return Loc(self.filename, node.meta.line, node.meta.column)
+
+    def kernel(self, t) -> A.Kernel:
+        kids = t.children
+        name = str(kids[0])
+        consts: dict[str, tuple[int, Loc]] = {}
+        if kids[1] is not None:
+            for c in kids[1].children:
+                self._unique(consts, c.children[0], "schedule constant")
+                consts[str(c.children[0])] = (int(c.children[1]), self.loc(c))
+        inputs = [self.param(p) for p in kids[2].children]
+        outputs = [self.param(p) for p in kids[3].children]
+        k = A.Kernel(self.loc(t), name, consts, inputs, outputs, {}, [], None)
+        for c in kids[4:-1]:
+            if c.data == "where_clause":
+                for d in c.children:
+                    self._unique(k.dim_defaults, d.children[0], "dim default")
+                    k.dim_defaults[str(d.children[0])] = (int(d.children[1]), self.loc(d))
+            elif c.data == "requires_clause":
+                k.requires.append(self.expr(c.children[0]))
+            elif k.reference is not None:
+                raise error(self.loc(c), "a kernel has one `reference`")
+            else:
+                k.reference = (json.loads(c.children[0]), self.loc(c.children[0]))
+        k.body = [self.stmt(s) for s in kids[-1].children]
+        return k
+
+    def _unique(self, table: dict, tok, what: str) -> None:
+        if str(tok) in table:
+            raise error(self.loc(tok), f"{what} `{tok}` is defined twice")
+
+    def param(self, t) -> A.Param:
+        name, dtype, *dims = t.children
+        out = []
+        for d in dims:
+            tok = d.children[0]
+            out.append((int(tok) if d.data == "dim_int" else str(tok), self.loc(tok)))
+        return A.Param(self.loc(t), str(name), str(dtype), out)
+
+    def stmt(self, t) -> A.Stmt:
+        kind, kids, loc = t.data, t.children, self.loc(t)
+        if kind == "grid_stmt":
+            threads = None
+            if kids and isinstance(kids[-1], lark.Tree) and kids[-1].data == "threads":
+                threads = self.expr(kids[-1].children[0])
+                kids = kids[:-1]
+            elif kids and kids[-1] is None:
+                kids = kids[:-1]
+            extents = [self.expr(k) for k in kids if isinstance(k, lark.Tree) or k.type != "NAME"]
+            names = [str(k) for k in kids if isinstance(k, lark.Token) and k.type == "NAME"]
+            return A.Grid(loc, extents, names, threads)
+        if kind == "assign":
+            return A.Assign(loc, str(kids[0]), self.expr(kids[1]))
+        if kind == "augassign":
+            return A.AugAssign(loc, str(kids[0]), str(kids[1])[0], self.expr(kids[2]))
+        if kind in ("store", "store_aug"):
+            op = str(kids[2])[0] if kind == "store_aug" else None
+            return A.Store(loc, str(kids[0]), self.subs(kids[1]), self.expr(kids[-1]), op)
+        if kind == "for_stmt":
+            var, fn, *rest = kids
+            body = rest[-1]
+            return A.For(loc, str(var), str(fn), [self.expr(a) for a in rest[:-1]],
+                         [self.stmt(s) for s in body.children])
+        raise AssertionError(f"unhandled statement {kind}")
+
+    def subs(self, t) -> list[A.Slice]:
+        out = []
+        for s in t.children:
+            loc = self.loc(s) if not (isinstance(s, lark.Tree) and s.data == "slice_all" and s.meta.empty) else None
+            if s.data == "slice_all":
+                out.append(A.Slice(loc or Loc(self.filename, 0, 0), "all"))
+            elif s.data == "slice_one":
+                out.append(A.Slice(self.loc(s), "one", self.expr(s.children[0])))
+            else:
+                kind = "len" if s.data == "slice_len" else "range"
+                out.append(A.Slice(self.loc(s), kind, self.expr(s.children[0]), self.expr(s.children[1])))
+        return out
+
+    def expr(self, t) -> A.Expr:
+        if isinstance(t, lark.Token):  # a bare NAME/INT that the grammar inlined
+            return A.Name(self.loc(t), str(t)) if t.type == "NAME" else A.IntLit(self.loc(t), int(t))
+        kind, kids, loc = t.data, t.children, self.loc(t)
+        if kind == "int_lit":
+            return A.IntLit(loc, int(kids[0]))
+        if kind == "float_lit":
+            return A.FloatLit(loc, float(kids[0]))
+        if kind == "name":
+            return A.Name(loc, str(kids[0]))
+        if kind == "call":
+            args = [self.expr(a) for a in kids[1:] if a is not None]
+            return A.Call(loc, str(kids[0]), args)
+        if kind == "index":
+            return A.Index(loc, str(kids[0]), self.subs(kids[1]))
+        if kind == "neg":
+            return A.Neg(loc, self.expr(kids[0]))
+        if kind == "binop":
+            lhs, op, rhs = kids
+            return A.BinOp(self.loc(op), str(op), self.expr(lhs), self.expr(rhs))
+        raise AssertionError(f"unhandled expression {kind}")
+
+
+__all__ = ["parse", "TkError"]

@@ -1,0 +1,75 @@
+"""IR verifier: structure, SSA scoping, names in index expressions, and each op's own checks.
+
+Runs after parsing IR text, after lowering a .tk file, and after every pass. Raises
+:class:`dsl.diagnostics.TkError` listing every violation with the op's location.
+"""
+
+from __future__ import annotations
+
+from dsl import exprs
+from dsl.diagnostics import Diagnostic, TkError
+from dsl.ir import Module, Op
+from dsl.ops import OPS, expr_attrs
+
+# Where each op may appear: the kind of its parent (None = top level).
+_PARENTS = {
+    "tile.func": {None},
+    "tile.require": {"tile.func"},
+    "tile.launch": {"tile.func"},
+}
+_IN_KERNEL = {"tile.launch", "tile.for"}
+
+
+def verify(module: Module, stage: str = "") -> None:
+    """Check `module`; `stage` (e.g. "after pass `tile`") is added to each message."""
+    diags: list[Diagnostic] = []
+    env = module.env
+    suffix = f" ({stage})" if stage else ""
+
+    def check(op: Op, parent: str | None, values: set, names: set[str]) -> None:
+        def fail(msg: str, *notes: str) -> None:
+            diags.append(Diagnostic(op.loc, f"invalid IR: {msg}{suffix}", list(notes)))
+
+        if type(op) is not OPS.get(op.name):
+            fail(f"unregistered op `{op.name}`")
+            return
+        allowed = _PARENTS.get(op.name, _IN_KERNEL)
+        if parent not in allowed:
+            fail(f"`{op.name}` cannot appear inside `{parent or 'the top level'}`")
+        for v in op.operands:
+            if id(v) not in values:
+                fail(f"operand `{v}` is used before it is defined or outside its scope")
+        for key, e in expr_attrs(op):
+            unknown = exprs.names(e) - names
+            if unknown:
+                fail(f"unknown name `{sorted(unknown)[0]}` in `{key}`")
+        try:
+            op.verify(fail, env)
+        except exprs.ExprError as exc:
+            fail(str(exc))
+        for r in op.results:
+            values.add(id(r))
+        inner_names = set(names)
+        if op.name == "tile.launch":
+            inner_names |= set(op.attrs.get("vars", []))
+        if op.name == "tile.for":
+            inner_names.add(op.attrs.get("var", ""))
+        for region in op.regions:
+            inner = set(values) | {id(a) for a in region.args}
+            for child in region.ops:
+                check(child, op.name, inner, inner_names)
+
+    check(module.func, None, set(), set(env))
+    _check_unique_names(module, diags, suffix)
+    if diags:
+        raise TkError(diags)
+
+
+def _check_unique_names(module: Module, diags: list[Diagnostic], suffix: str) -> None:
+    seen: dict[str, Op] = {}
+    for op in module.walk():
+        defined = list(op.results) + [a for r in op.regions for a in r.args]
+        for v in defined:
+            if v.name in seen:
+                diags.append(Diagnostic(op.loc, f"invalid IR: value `{v}` is defined twice{suffix}"))
+            seen[v.name] = op
