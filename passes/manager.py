@@ -1,0 +1,63 @@
+"""Pass manager: pipelines as spec strings, verify after every pass, IR printing between passes.
+
+A spec is a comma-separated list of `name` or `name{key=value,...}`, e.g.
+`tile{BM=64},software-pipeline{stages=3},check-smem-fit{target=sm_90}`. The CLI (`tkc opt -p`)
+and the library (`tkc.compile`) run the same specs. Unknown passes and options are user errors.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Callable
+
+from dsl.diagnostics import Loc, error
+from dsl.ir import Module
+from dsl.verifier import verify
+from passes.check_smem_fit import CheckSmemFitPass
+from passes.software_pipeline import SoftwarePipelinePass
+from passes.tile import TilePass
+
+PASSES = {cls.name: cls for cls in (TilePass, SoftwarePipelinePass, CheckSmemFitPass)}
+_ITEM = re.compile(r"\s*([a-z][a-z0-9-]*)\s*(\{([^{}]*)\})?\s*(,|$)")
+
+
+def parse_pipeline(spec: str) -> list:
+    """Parse a spec string into pass instances; raises TkError on unknown passes/options."""
+    passes, pos = [], 0
+    spec = spec.strip()
+    while pos < len(spec):
+        m = _ITEM.match(spec, pos)
+        if not m or m.end() == pos:
+            raise error(Loc("<pipeline>", 1, pos + 1), f"malformed pipeline at `{spec[pos:]}`",
+                        "write `pass-name{option=value,...}` items separated by commas")
+        name, body = m.group(1), m.group(3)
+        if name not in PASSES:
+            raise error(Loc("<pipeline>", 1, pos + 1), f"unknown pass `{name}`",
+                        f"known passes: {', '.join(sorted(PASSES))}")
+        options = {}
+        for item in filter(None, (s.strip() for s in (body or "").split(","))):
+            key, eq, value = item.partition("=")
+            if not eq:
+                raise error(Loc("<pipeline>", 1, pos + 1), f"option `{item}` of `{name}` needs a value")
+            options[key.strip()] = value.strip()
+        passes.append(PASSES[name].from_options(options))
+        pos = m.end()
+    return passes
+
+
+def format_pipeline(passes: list) -> str:
+    """The spec string of `passes` (inverse of parse_pipeline)."""
+    return ",".join(p.spec() for p in passes)
+
+
+def run_pipeline(module: Module, passes: list, after_pass: Callable[[str, Module], None] | None = None) -> Module:
+    """Run `passes` on a copy of `module`, verifying after each; `after_pass(name, module)` is
+    called after every pass (how `--print-ir-after-all` prints)."""
+    module = copy.deepcopy(module)
+    for p in passes:
+        module = p.run(module)
+        verify(module, f"after pass `{p.name}`")
+        if after_pass is not None:
+            after_pass(p.name, module)
+    return module
