@@ -404,8 +404,20 @@ class _Lowerer:
         return out
 
     def gemm_operands(self, e: A.BinOp) -> tuple[Value, Value]:
-        # Global slices feed tensor cores through shared memory.
-        return tuple(self.load(x, "shared") if isinstance(x, A.Index) else self.tile(x) for x in (e.lhs, e.rhs))
+        """Both operands as shared tiles: tensor cores read A and B from shared memory, so global
+        slices load straight into shared and register tiles are staged through it."""
+        out = []
+        for x in (e.lhs, e.rhs):
+            if isinstance(x, A.Index):
+                out.append(self.load(x, "shared"))
+                continue
+            v = self.tile(x)
+            if v.type.space != "shared":
+                staged = self.temp(v.type.with_space("shared"), x.loc)
+                self.emit(O.CopyOp(operands=[v, staged], loc=x.loc))
+                v = staged
+            out.append(v)
+        return tuple(out)
 
     def check_gemm(self, a: Value, b: Value, acc: Value | None, loc: Loc) -> None:
         sa, sb = (t.type.concrete_shape(self.env) for t in (a, b))

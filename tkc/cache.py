@@ -1,0 +1,104 @@
+"""On-disk cache of generated code, keyed by the final IR, the target and tool versions.
+
+Layout: `<root>/<key[:2]>/<key>/` holding the artifact files and `meta.json` (key, target, the
+SHA-256 of every file). Entries are written to a temporary directory and renamed into place, so
+a reader sees a whole entry or none; an entry whose files do not match their recorded hashes is
+deleted and rebuilt, never trusted. The root is `--cache-dir`, else `$TKC_CACHE_DIR`, else
+`~/.cache/tkc`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from importlib import metadata
+
+TKC_VERSION = "0.1.0"
+
+
+def default_root() -> str:
+    return os.environ.get("TKC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tkc")
+
+
+def tool_versions() -> str:
+    """Versions that change generated or compiled code (tkc, TileLang, Python)."""
+    try:
+        tl = metadata.version("tilelang")
+    except metadata.PackageNotFoundError:
+        tl = "none"
+    return f"tkc={TKC_VERSION};tilelang={tl};python={sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def cache_key(ir_text: str, target: str) -> str:
+    h = hashlib.sha256()
+    for part in (ir_text, target, tool_versions()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class Cache:
+    """A directory of cache entries (see module docstring)."""
+
+    def __init__(self, root: str | None = None):
+        self.root = root or default_root()
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.root, key[:2], key)
+
+    def get(self, key: str) -> dict[str, str] | None:
+        """The entry's files (name -> text), or None if absent; corrupt entries are removed."""
+        entry = self.path(key)
+        try:
+            with open(os.path.join(entry, "meta.json"), encoding="utf-8") as f:
+                meta = json.load(f)
+            files = {}
+            for name, digest in meta["files"].items():
+                with open(os.path.join(entry, name), "rb") as f:
+                    data = f.read()
+                if _sha(data) != digest:
+                    raise ValueError(f"hash mismatch for {name}")
+                files[name] = data.decode("utf-8")
+            if meta.get("key") != key:
+                raise ValueError("key mismatch")
+            return files
+        except FileNotFoundError:
+            if os.path.isdir(entry):
+                shutil.rmtree(entry, ignore_errors=True)
+            return None
+        except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+            shutil.rmtree(entry, ignore_errors=True)
+            return None
+
+    def put(self, key: str, files: dict[str, str], target: str) -> str:
+        """Store `files` atomically under `key`; returns the entry's directory."""
+        entry = self.path(key)
+        os.makedirs(os.path.dirname(entry), exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{key[:8]}-", dir=os.path.dirname(entry))
+        try:
+            digests = {}
+            for name, text in files.items():
+                data = text.encode("utf-8")
+                with open(os.path.join(tmp, name), "wb") as f:
+                    f.write(data)
+                digests[name] = _sha(data)
+            with open(os.path.join(tmp, "meta.json"), "w", encoding="utf-8") as f:
+                json.dump({"key": key, "target": target, "versions": tool_versions(), "files": digests}, f)
+            if os.path.isdir(entry):
+                shutil.rmtree(entry, ignore_errors=True)
+            try:
+                os.replace(tmp, entry)
+            except OSError:  # another process stored the same entry first
+                shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return entry

@@ -1,0 +1,112 @@
+"""Launching compiled kernels on torch tensors.
+
+`Kernel` (returned by `tkc.compile`) binds the problem dims from its input tensors' shapes,
+specializes and compiles once per distinct shape (in memory, and through the on-disk cache of
+generated source plus TileLang's own cache of binaries), allocates the outputs and runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+from dsl.diagnostics import Loc, error
+from dsl.parser import parse
+from tkc import driver
+from tkc.cache import Cache
+
+TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i8": "int8", "i32": "int32"}
+
+
+def _tilelang(cache: Cache):
+    """Import TileLang with its cache inside ours (it creates its cache directory on import)."""
+    os.environ.setdefault("TILELANG_CACHE_DIR", os.path.join(cache.root, "tilelang"))
+    os.environ.setdefault("TILELANG_PRINT_ON_COMPILATION", "0")
+    import tilelang
+
+    return tilelang
+
+
+def build(artifact: driver.Artifact, cache: Cache):
+    """A TileLang JIT kernel for a `tilelang` or `tilelang-cpu` artifact; call it with every
+    argument tensor (inputs then outputs)."""
+    from codegen.tir import load_prim_func
+
+    tilelang = _tilelang(cache)
+    func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}")
+    if artifact.target == "tilelang-cpu":
+        return tilelang.compile(func, target="c", compile_flags=["-O2"])
+    if artifact.target == "tilelang":
+        return tilelang.compile(func, target="cuda")
+    raise error(Loc(artifact.module.func.loc.file, 0, 0), f"target `{artifact.target}` cannot be launched",
+                "launchable targets: tilelang, tilelang-cpu")
+
+
+class Kernel:
+    """A .tk kernel compiled for one target; call it with the input tensors (in declaration
+    order) to get the outputs (one tensor, or a tuple for several)."""
+
+    def __init__(self, path: str, target: str, consts: dict[str, int], cache: Cache | None = None):
+        self.path, self.target, self.consts = path, target, dict(consts)
+        self.cache = cache or Cache()
+        self.ast = parse(driver.read_source(path), path)
+        self._built: dict[tuple, tuple] = {}
+
+    @property
+    def inputs(self):
+        return self.ast.inputs
+
+    @property
+    def outputs(self):
+        return self.ast.outputs
+
+    def bind_dims(self, tensors) -> dict[str, int]:
+        """Problem dims from the input shapes; raises TkError on count, rank or dim mismatches."""
+        if len(tensors) != len(self.inputs):
+            raise error(self.ast.loc, f"`{self.ast.name}` takes {len(self.inputs)} inputs, got {len(tensors)}")
+        dims: dict[str, int] = {}
+        for p, t in zip(self.inputs, tensors):
+            if t.dim() != len(p.dims):
+                raise error(p.loc, f"`{p.name}` has rank {len(p.dims)}, but the tensor has shape {tuple(t.shape)}")
+            if str(t.dtype) != f"torch.{TORCH_DTYPES[p.dtype]}":
+                raise error(p.loc, f"`{p.name}` is {p.dtype}, but the tensor is {t.dtype}")
+            for (d, loc), n in zip(p.dims, t.shape):
+                if isinstance(d, int):
+                    if d != n:
+                        raise error(loc, f"`{p.name}` needs extent {d} here, got {n}")
+                elif dims.setdefault(d, int(n)) != n:
+                    raise error(loc, f"dim `{d}` is {dims[d]} in one input and {n} in `{p.name}`")
+        return dims
+
+    def specialize(self, dims: dict[str, int]):
+        key = tuple(sorted(dims.items()))
+        if key not in self._built:
+            artifact = driver.compile_file(self.path, self.target, {**self.consts, **dims}, self.cache)
+            self._built[key] = (artifact, build(artifact, self.cache))
+        return self._built[key]
+
+    def __call__(self, *tensors):
+        import torch
+
+        artifact, jit = self.specialize(self.bind_dims(tensors))
+        env = artifact.module.env
+        args = artifact.module.func.body.args
+        outputs = []
+        for i in artifact.module.func.attrs["outputs"]:
+            a = args[i]
+            shape = a.type.concrete_shape(env)
+            outputs.append(torch.empty(shape, dtype=getattr(torch, TORCH_DTYPES[a.type.dtype]),
+                                       device=tensors[0].device))
+        jit(*[t.contiguous() for t in tensors], *outputs)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, **consts: int) -> Kernel:
+    """Compile the .tk kernel at `path` for `target` ("tilelang" on a GPU, "tilelang-cpu" on the
+    CPU) with schedule constants `consts` (e.g. BM=128) overriding the file's defaults.
+
+    Returns a callable on torch tensors that allocates and returns the outputs. Raises
+    dsl.diagnostics.TkError for user errors (syntax, types, shapes, budget, unknown target).
+    """
+    if target not in ("tilelang", "tilelang-cpu"):
+        raise error(Loc(path, 0, 0), f"target `{target}` cannot be launched", "use tilelang or tilelang-cpu")
+    return Kernel(path, target, consts, Cache(cache_dir) if cache_dir else None)
