@@ -150,12 +150,17 @@ class _Emitter:
 
     def loop_nest(self, shape: list[str], depth: int) -> tuple[list[str], int]:
         """Open a parallel (GPU) or serial (CPU) loop nest over `shape`; returns (indices, depth)."""
-        idx = [f"{_IDX[i] if i < len(_IDX) else f'i{i}'}" for i in range(len(shape))]
+        idx = self.indices(len(shape))
         if self.cpu:
             self.line(depth, f"for {', '.join(idx)} in T.grid({', '.join(shape)}):")
         else:
             self.line(depth, f"for {', '.join(idx)} in T.Parallel({', '.join(shape)}):")
         return idx, depth + 1
+
+    def indices(self, n: int) -> list[str]:
+        """`n` loop index names that no tensor, tile, grid or loop variable uses."""
+        pool = list(_IDX) + [f"i{k}" for k in range(8)] + [f"ii{k}" for k in range(64)]
+        return [x for x in pool if x not in self.used][:n]
 
     def at(self, v: Value, idx: list[str], broadcast: bool = False) -> str:
         """`v[idx]`; with `broadcast`, dims of size 1 are indexed by 0."""
@@ -228,7 +233,7 @@ class _Emitter:
         full = list(idx)
         full.insert(axis, "0")
         target = f"{self.name(dst)}[{', '.join(full)}]"
-        red = "r"
+        red = self.indices(len(idx) + 1)[-1] if keep else self.indices(1)[0]
         src_idx = list(idx)
         src_idx.insert(axis, red)
         elem = self.cast(f"{self.name(src)}[{', '.join(src_idx)}]", src.type.dtype, dst.type.dtype)
@@ -247,11 +252,12 @@ class _Emitter:
             self.line(depth, f"T.gemm({self.name(a)}, {self.name(b)}, {self.name(acc)})")
             return
         # Too small or odd for tensor cores (e.g. one row per block, seed 000 variant 1): SIMT.
-        self.line(depth, f"for i, j in T.Parallel({m}, {n}):")
-        self.line(depth + 1, f"for kk in T.serial({k}):")
-        prod = (f"{self.cast(f'{self.name(a)}[i, kk]', a.type.dtype, acc.type.dtype)} * "
-                f"{self.cast(f'{self.name(b)}[kk, j]', b.type.dtype, acc.type.dtype)}")
-        self.line(depth + 2, f"{self.name(acc)}[i, j] = {self.name(acc)}[i, j] + {prod}")
+        i, j, kk = self.indices(3)
+        self.line(depth, f"for {i}, {j} in T.Parallel({m}, {n}):")
+        self.line(depth + 1, f"for {kk} in T.serial({k}):")
+        prod = (f"{self.cast(f'{self.name(a)}[{i}, {kk}]', a.type.dtype, acc.type.dtype)} * "
+                f"{self.cast(f'{self.name(b)}[{kk}, {j}]', b.type.dtype, acc.type.dtype)}")
+        self.line(depth + 2, f"{self.name(acc)}[{i}, {j}] = {self.name(acc)}[{i}, {j}] + {prod}")
 
     def tensor_cores(self, op: Op, m: int, n: int, k: int) -> bool:
         """Whether T.gemm can take this tile on sm_80/sm_90 (TileLang 0.1.15): f16/bf16 operands,

@@ -15,7 +15,10 @@ import os
 import shutil
 import sys
 import tempfile
+from functools import lru_cache
 from importlib import metadata
+
+import codegen
 
 TKC_VERSION = "0.1.0"
 
@@ -24,13 +27,22 @@ def default_root() -> str:
     return os.environ.get("TKC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tkc")
 
 
+@lru_cache(maxsize=1)
 def tool_versions() -> str:
-    """Versions that change generated or compiled code (tkc, TileLang, Python)."""
+    """Versions that change generated or compiled code: tkc (its version and a hash of the
+    backends' sources, so an edited backend never reads stale entries), TileLang, Python."""
     try:
         tl = metadata.version("tilelang")
     except metadata.PackageNotFoundError:
         tl = "none"
-    return f"tkc={TKC_VERSION};tilelang={tl};python={sys.version_info[0]}.{sys.version_info[1]}"
+    h = hashlib.sha256()
+    folder = os.path.dirname(codegen.__file__)
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            with open(os.path.join(folder, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    py = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    return f"tkc={TKC_VERSION}+{h.hexdigest()[:12]};tilelang={tl};python={py}"
 
 
 def cache_key(ir_text: str, target: str) -> str:

@@ -1,0 +1,138 @@
+"""The `tkc` command line: compile, run, opt (contract in DESIGN.md, usage in README.md).
+
+Exit status: 0 on success, 1 for user errors (rendered `FILE:LINE:COL: error: ...` with the
+source line, a caret and notes) and failed `--check`s, 2 for internal compiler errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import traceback
+
+from dsl.diagnostics import Loc, TkError, error
+
+TARGETS = ("tilelang", "tilelang-cpu", "tir")
+
+
+def _define(text: str) -> tuple[str, int]:
+    name, eq, value = text.partition("=")
+    if not eq or not name.strip().isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got `{text}`")
+    try:
+        return name.strip(), int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"`{name}` must be an integer, got `{value}`") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tkc", description="Compiler for the tkc tile kernel language.")
+    p.add_argument("--cache-dir", help="cache directory (default: $TKC_CACHE_DIR or ~/.cache/tkc)")
+    p.add_argument("--debug", action="store_true", help="print tracebacks of internal errors")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    c = sub.add_parser("compile", help="print or write the generated code")
+    c.add_argument("file")
+    c.add_argument("--target", default="tilelang", choices=TARGETS)
+    c.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="NAME=VALUE",
+                   help="set a schedule constant or problem dim")
+    c.add_argument("-o", dest="output", help="write the code here instead of stdout")
+
+    r = sub.add_parser("run", help="run on random inputs; --check compares with the torch reference")
+    r.add_argument("file")
+    r.add_argument("--target", default=None, choices=("tilelang", "tilelang-cpu"),
+                   help="default: tilelang on a CUDA GPU, else tilelang-cpu")
+    r.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="NAME=VALUE")
+    r.add_argument("--check", action="store_true", help="compare with the reference; exit 1 on mismatch")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--rtol", type=float, default=1e-2, help="max relative error for --check (default 1e-2)")
+
+    o = sub.add_parser("opt", help="run a pass pipeline and print the IR")
+    o.add_argument("file", help=".tk source or .tkir IR")
+    o.add_argument("-p", "--pipeline", default="", help="e.g. tile{BM=64},software-pipeline,check-smem-fit")
+    o.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="NAME=VALUE")
+    o.add_argument("--print-ir-after-all", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"compile": cmd_compile, "run": cmd_run, "opt": cmd_opt}[args.cmd](args)
+    except TkError as exc:
+        print(exc.render(), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # an internal bug: say so, distinct from user errors
+        print(f"tkc: internal compiler error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if args.debug:
+            traceback.print_exc()
+        else:
+            print("note: this is a bug in tkc, not in your program; rerun with --debug for a traceback",
+                  file=sys.stderr)
+        return 2
+
+
+def _cache(args):
+    from tkc.cache import Cache
+
+    return Cache(args.cache_dir)
+
+
+def cmd_compile(args) -> int:
+    from tkc import driver
+
+    artifact = driver.compile_file(args.file, args.target, dict(args.defines), _cache(args))
+    if not args.output:
+        sys.stdout.write(artifact.source)
+        return 0
+    _write_atomic(args.output, artifact.source)
+    return 0
+
+
+def _write_atomic(path: str, text: str) -> None:
+    """Write `path` whole or not at all (no partial output file on failure)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tkc-", dir=folder)
+    except OSError as exc:
+        raise error(Loc(path, 0, 0), f"cannot write `{path}`: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def cmd_opt(args) -> int:
+    from dsl.ir import print_module
+    from passes.manager import parse_pipeline, run_pipeline
+    from tkc import driver
+
+    passes = parse_pipeline(args.pipeline)
+    module = driver.frontend(args.file, dict(args.defines))
+
+    def show(name, m):
+        sys.stdout.write(f"// -----// IR after `{name}` //----- //\n{print_module(m)}")
+
+    final = run_pipeline(module, passes, show if args.print_ir_after_all else None)
+    if not args.print_ir_after_all:
+        sys.stdout.write(print_module(final))
+    return 0
+
+
+def cmd_run(args) -> int:
+    from tkc import check
+
+    return check.run_file(args.file, args.target, dict(args.defines), args.seed, args.check, args.rtol,
+                          _cache(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
