@@ -3,7 +3,8 @@
 After this pass every type and index expression is concrete except for grid and loop indices:
 `frag<f32[BM, R]>` becomes `frag<f32[64, 64]>`, `"m * BM"` becomes `"m * 64"`. Options override
 schedule constants (`tile{BM=32,BN=64}`); the kernel's `requires` conditions are re-checked with
-the new values (a tile size that must divide a dim and does not is a located error). Each global
+the new values (a tile size that must divide a dim and does not is a located error) and then
+dropped. Each global
 access gets `checked`: per dim, whether some block's tile reaches past the tensor (a partial tile
 at the edge, or the zero-padded last shard when K % R != 0); backends guard only those dims.
 """
@@ -58,6 +59,8 @@ class TilePass:
                     vals = ", ".join(f"{n} = {env[n]}" for n in sorted(exprs.names(cond)))
                     raise error(op.loc, f"requirement `{op.attrs['cond']}` does not hold", f"with {vals}",
                                 "pick tile sizes that divide the problem dims (e.g. `-D BM=...`)")
+        # Checked with concrete values: nothing later depends on them.
+        func.body.ops[:] = [op for op in func.body.ops if op.name != "tile.require"]
         for arg in func.body.args:
             arg.type = arg.type.substitute(env)
         ranges: dict[str, tuple[int, int]] = {}
