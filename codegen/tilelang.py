@@ -111,12 +111,29 @@ class _Emitter:
         extra = "" if self.cpu else f", threads={threads}"
         self.line(1, f"with T.Kernel({grid}{extra}) as ({vars_},):")
         allocs = [o for o in op.walk() if o.name == "tile.alloc"]
+        if not self.cpu:
+            for a in allocs:
+                self.check_fragment(a, threads)
         for a in allocs:  # TileLang declares every buffer at the top of the kernel
             t = a.result.type
             kind = "local" if self.cpu else {"shared": "shared", "frag": "fragment", "local": "local"}[t.space]
             self.line(2, f"{self.name(a.result)} = T.alloc_{kind}(({', '.join(self.dims(a.result))},), "
                       f"{TL_DTYPES[t.dtype]})")
         self.region(op.body.ops, 2)
+
+    def check_fragment(self, alloc: Op, threads: int) -> None:
+        """TileLang lays a fragment out over the block's threads: its element count must be a
+        multiple of the thread count, or divide it (small tiles are replicated)."""
+        t = alloc.result.type
+        if t.space != "frag":
+            return
+        n = 1
+        for d in t.concrete_shape({}):
+            n *= d
+        if n % threads and threads % n:
+            raise error(alloc.loc, f"TileLang cannot lay out register tile `{alloc.result}` {t} over {threads} threads",
+                        f"its {n} elements are neither a multiple nor a divisor of the thread count",
+                        "pick tile sizes (or a problem size) whose tile has a multiple of `threads` elements")
 
     def region(self, ops: list[Op], depth: int) -> None:
         for op in ops:

@@ -456,16 +456,15 @@ class _Lowerer:
             want(1)
             if isinstance(args[0], A.Index):
                 return self.load(args[0], fn)
+            if isinstance(args[0], A.Call) and args[0].fn == "cast" and len(args[0].args) == 2:
+                return self.cast(args[0], fn)  # convert straight into the requested space
             x = self.tile(args[0])
             v = self.temp(x.type.with_space(fn), e.loc)
             self.emit(O.CopyOp(operands=[x, v], loc=e.loc))
             return v
         if fn == "cast":
             want(2)
-            x, dtype = self.tile(args[0]), self.dtype_arg(args[1])
-            v = self.temp(TileType("frag", dtype, x.type.shape), e.loc)
-            self.emit(O.CopyOp(operands=[x, v], loc=e.loc))
-            return v
+            return self.cast(e, "frag")
         if fn in _UNARY_CALLS:
             want(1)
             return self.unary(_UNARY_CALLS[fn], self.tile(args[0]), e.loc)
@@ -488,6 +487,12 @@ class _Lowerer:
             return out
         known = ["zeros", "full", "cast", *_SPACE_CALLS, *_UNARY_CALLS, "sum", "max", "min"]
         raise error(e.loc, f"unknown function `{fn}`", f"tile functions: {', '.join(known)}")
+
+    def cast(self, e: A.Call, space: str) -> Value:
+        x, dtype = self.tile(e.args[0]), self.dtype_arg(e.args[1])
+        v = self.temp(TileType(space, dtype, x.type.shape), e.loc)
+        self.emit(O.CopyOp(operands=[x, v], loc=e.loc))
+        return v
 
     def check_shape(self, want: TileType, got: TileType, loc: Loc, what: str, broadcast: bool = False) -> None:
         sw, sg = want.concrete_shape(self.env), got.concrete_shape(self.env)

@@ -32,13 +32,22 @@ def build(artifact: driver.Artifact, cache: Cache):
     from codegen.tir import load_prim_func
 
     tilelang = _tilelang(cache)
-    func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}")
-    if artifact.target == "tilelang-cpu":
-        return tilelang.compile(func, target="c", compile_flags=["-O2"])
-    if artifact.target == "tilelang":
-        return tilelang.compile(func, target="cuda")
-    raise error(Loc(artifact.module.func.loc.file, 0, 0), f"target `{artifact.target}` cannot be launched",
+    if artifact.target not in ("tilelang", "tilelang-cpu"):
+        raise error(Loc(artifact.module.func.loc.file, 0, 0), f"target `{artifact.target}` cannot be launched",
                 "launchable targets: tilelang, tilelang-cpu")
+    try:
+        func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}")
+        if artifact.target == "tilelang-cpu":
+            return tilelang.compile(func, target="c", compile_flags=["-O2"])
+        return tilelang.compile(func, target="cuda")
+    except Exception as exc:  # TileLang rejected code we generated: a tkc bug, not a user error
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise BackendError(f"TileLang failed to compile `{artifact.module.func.attrs.get('sym_name')}` "
+                           f"(generated source: {artifact.source_path}): {first}") from exc
+
+
+class BackendError(RuntimeError):
+    """The backend toolchain failed on generated code: an internal compiler error."""
 
 
 class Kernel:
