@@ -1,0 +1,265 @@
+"""Lowering of .tk expressions: integer index expressions and tile-valued expressions.
+
+Mixed into the statement lowerer of dsl/lower.py; each method emits IR ops into the current
+region and returns an index expression or the tile buffer holding the value. Errors raise
+:class:`dsl.diagnostics.TkError` at the expression's location.
+"""
+
+from __future__ import annotations
+
+from dsl import ast as A
+from dsl import exprs
+from dsl import ops as O
+from dsl.diagnostics import Loc, error
+from dsl.ir import Value
+from dsl.types import DTYPES, FLOAT_DTYPES, TileType, promote
+
+UNARY_CALLS = {"exp": "exp", "relu": "relu", "silu": "silu", "abs": "abs", "sqrt": "sqrt", "rsqrt": "rsqrt"}
+BIN_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
+SPACE_CALLS = ("shared", "frag", "local")
+
+
+class ExprLowerer:
+    """Expression lowering; the host class provides env, lookup, temp, emit, tile_var, scopes."""
+
+    # ---- index expressions ------------------------------------------------------------------
+    def index(self, e: A.Expr, allow_vars: bool = True) -> exprs.Expr:
+        """An integer expression over dims, constants and (if allowed) grid/loop indices."""
+        if isinstance(e, A.IntLit):
+            return exprs.Num(e.value)
+        if isinstance(e, A.Name):
+            v = self.lookup(e.id)
+            if v is None:
+                raise error(e.loc, f"unknown name `{e.id}`", self.known_names())
+            if isinstance(v, Value):
+                raise error(e.loc, f"`{e.id}` is a tile, not an integer", "index expressions use dims, constants and grid/loop indices")
+            if not allow_vars and e.id not in self.env:
+                raise error(e.loc, f"`{e.id}` is a grid or loop index; only dims and constants are allowed here")
+            return exprs.Sym(e.id)
+        if isinstance(e, A.Neg):
+            return exprs.substitute(exprs.Bin("-", exprs.Num(0), self.index(e.operand, allow_vars)), {})
+        if isinstance(e, A.BinOp) and e.op != "@":
+            return exprs.Bin(e.op, self.index(e.lhs, allow_vars), self.index(e.rhs, allow_vars))
+        if isinstance(e, A.Call) and e.fn in exprs.FUNCS:
+            if len(e.args) != exprs.FUNCS[e.fn]:
+                raise error(e.loc, f"`{e.fn}` takes {exprs.FUNCS[e.fn]} arguments, got {len(e.args)}")
+            return exprs.Call(e.fn, tuple(self.index(a, allow_vars) for a in e.args))
+        raise error(e.loc, "expected an integer expression", "index expressions use + - * / % cdiv min max")
+
+    def known_names(self) -> str:
+        names = set(self.env)
+        for scope in self.scopes:
+            names |= set(scope)
+        return "names in scope: " + ", ".join(sorted(names))
+
+    def size(self, e: A.Expr) -> exprs.Expr:
+        """A tile extent: constant once dims and constants are bound, and positive."""
+        size = self.index(e, allow_vars=False)
+        n = exprs.evaluate(size, self.env)
+        if n <= 0:
+            raise error(e.loc, f"tile extent `{exprs.to_str(size)}` is {n}; it must be positive")
+        return size
+
+    def slices(self, tensor: Value, subs: list[A.Slice], loc: Loc):
+        if len(subs) != tensor.type.rank:
+            raise error(loc, f"`{tensor.name}` has rank {tensor.type.rank}, but {len(subs)} subscripts are given")
+        offsets, sizes = [], []
+        for sub, dim in zip(subs, tensor.type.shape):
+            if sub.kind == "all":
+                offsets.append(exprs.Num(0))
+                sizes.append(dim)
+            elif sub.kind == "one":
+                offsets.append(self.index(sub.lo))
+                sizes.append(exprs.Num(1))
+            elif sub.kind == "len":
+                offsets.append(self.index(sub.lo))
+                sizes.append(self.size(sub.hi))
+            else:
+                lo, hi = self.index(sub.lo), self.index(sub.hi)
+                if (exprs.names(lo) | exprs.names(hi)) - set(self.env):
+                    raise error(sub.loc, "a `lo : hi` slice must not depend on grid or loop indices",
+                                "write `lo : +size` for a tile that moves with an index")
+                n = exprs.evaluate(hi, self.env) - exprs.evaluate(lo, self.env)
+                if n <= 0:
+                    raise error(sub.loc, f"empty slice: `{exprs.to_str(lo)} : {exprs.to_str(hi)}` has {n} elements")
+                offsets.append(lo)
+                sizes.append(exprs.substitute(exprs.Bin("-", hi, lo), {}))
+        return offsets, sizes
+
+    def dtype_arg(self, e: A.Expr) -> str:
+        if isinstance(e, A.Name) and e.id in DTYPES:
+            return e.id
+        raise error(e.loc, "expected a dtype", f"use one of {', '.join(DTYPES)}")
+
+    def type_arg(self, e: A.Expr) -> TileType:
+        if isinstance(e, A.Index) and e.base in DTYPES and all(s.kind == "one" for s in e.subs):
+            return TileType("frag", e.base, tuple(self.size(s.lo) for s in e.subs))
+        raise error(e.loc, "expected a tile type such as `f32[BM, BN]`")
+
+    # ---- tile expressions -------------------------------------------------------------------
+    def tile(self, e: A.Expr) -> Value:
+        """Lower a tile-valued expression to a buffer (a fresh frag tile unless it is a variable)."""
+        if isinstance(e, A.Name):
+            v = self.lookup(e.id)
+            if v is None:
+                raise error(e.loc, f"unknown name `{e.id}`", self.known_names())
+            if not isinstance(v, Value):
+                raise error(e.loc, f"`{e.id}` is an integer, not a tile", "use it inside an index or a slice")
+            return self.tile_var(e.id, e.loc)
+        if isinstance(e, A.Index):
+            return self.load(e, "frag")
+        if isinstance(e, (A.IntLit, A.FloatLit)):
+            raise error(e.loc, "a bare number is not a tile", "use `full(f32[BM, BN], 1.0)` or combine it with a tile")
+        if isinstance(e, A.Neg):
+            x = self.tile(e.operand)
+            return self.unary("neg", x, e.loc)
+        if isinstance(e, A.BinOp):
+            return self.binop(e)
+        if isinstance(e, A.Call):
+            return self.call(e)
+        raise error(e.loc, "expected a tile expression")
+
+    def load(self, e: A.Index, space: str) -> Value:
+        tensor = self.lookup(e.base)
+        if e.base in DTYPES:
+            raise error(e.loc, f"`{e.base}[...]` is a type, not a value", "use `zeros(...)` or `full(..., value)`")
+        if tensor is None:
+            raise error(e.loc, f"unknown name `{e.base}`", self.known_names())
+        if not isinstance(tensor, Value) or tensor.type.space != "global":
+            raise error(e.loc, f"`{e.base}` is not a global tensor", "only global tensors can be sliced")
+        offsets, sizes = self.slices(tensor, e.subs, e.loc)
+        v = self.temp(TileType(space, tensor.type.dtype, tuple(sizes)), e.loc)
+        self.emit(O.CopyOp(operands=[tensor, v], attrs={"src_offsets": [exprs.to_str(o) for o in offsets]}, loc=e.loc))
+        return v
+
+    def unary(self, fn: str, x: Value, loc: Loc, scalar: float | None = None) -> Value:
+        out = self.temp(x.type.with_space("frag"), loc)
+        attrs = {"fn": fn} if scalar is None else {"fn": fn, "scalar": scalar}
+        self.emit(O.ElementwiseOp(operands=[x, out], attrs=attrs, loc=loc))
+        return out
+
+    def binop(self, e: A.BinOp) -> Value:
+        if e.op == "@":
+            a, b = self.gemm_operands(e)
+            acc_shape = (a.type.shape[0], b.type.shape[-1]) if a.type.rank == 2 and b.type.rank == 2 else ()
+            acc = self.temp(TileType("frag", "f32", acc_shape), e.loc) if acc_shape else None
+            self.check_gemm(a, b, acc, e.loc)
+            self.emit(O.FillOp(operands=[acc], attrs={"value": 0.0}, loc=e.loc))
+            self.emit(O.GemmOp(operands=[a, b, acc], loc=e.loc))
+            return acc
+        if e.op not in BIN_OPS:
+            raise error(e.loc, f"operator `{e.op}` is not defined on tiles")
+        for lit, other, swap in ((e.rhs, e.lhs, False), (e.lhs, e.rhs, True)):
+            if isinstance(lit, (A.IntLit, A.FloatLit)):
+                if swap and e.op in ("-", "/"):
+                    raise error(e.loc, f"`number {e.op} tile` is not supported", f"write `tile {e.op} number` or use a tile on both sides")
+                x = self.tile(other)
+                return self.unary(BIN_OPS[e.op], x, e.loc, scalar=float(lit.value))
+        a, b = self.tile(e.lhs), self.tile(e.rhs)
+        sa, sb = (t.type.concrete_shape(self.env) for t in (a, b))
+        if len(sa) != len(sb) or any(x != y and 1 not in (x, y) for x, y in zip(sa, sb)):
+            raise error(e.loc, f"shape mismatch in `{e.op}`: {a.type.dtype}{list(sa)} and {b.type.dtype}{list(sb)}",
+                        "operands must have equal shapes (dims of size 1 broadcast)")
+        shape = tuple(da if x >= y else db for x, y, da, db in zip(sa, sb, a.type.shape, b.type.shape))
+        out = self.temp(TileType("frag", promote(a.type.dtype, b.type.dtype), shape), e.loc)
+        self.emit(O.ElementwiseOp(operands=[a, b, out], attrs={"fn": BIN_OPS[e.op]}, loc=e.loc))
+        return out
+
+    def gemm_operands(self, e: A.BinOp) -> tuple[Value, Value]:
+        """Both operands as shared tiles: tensor cores read A and B from shared memory, so global
+        slices load straight into shared and register tiles are staged through it."""
+        out = []
+        for x in (e.lhs, e.rhs):
+            if isinstance(x, A.Index):
+                out.append(self.load(x, "shared"))
+                continue
+            v = self.tile(x)
+            if v.type.space != "shared":
+                staged = self.temp(v.type.with_space("shared"), x.loc)
+                self.emit(O.CopyOp(operands=[v, staged], loc=x.loc))
+                v = staged
+            out.append(v)
+        return tuple(out)
+
+    def check_gemm(self, a: Value, b: Value, acc: Value | None, loc: Loc) -> None:
+        sa, sb = (t.type.concrete_shape(self.env) for t in (a, b))
+        if len(sa) != 2 or len(sb) != 2:
+            raise error(loc, f"`@` needs 2-d tiles, got {a.type.dtype}{list(sa)} and {b.type.dtype}{list(sb)}")
+        if sa[1] != sb[0]:
+            raise error(loc, f"shape mismatch in `@`: {a.type.dtype}{list(sa)} @ {b.type.dtype}{list(sb)}",
+                        f"the inner dims must agree ({sa[1]} vs {sb[0]})")
+        if acc is not None:
+            sc = acc.type.concrete_shape(self.env)
+            if len(sc) != 2 or (sc[0], sc[1]) != (sa[0], sb[1]):
+                raise error(loc, f"shape mismatch: `{acc.name}` is {acc.type.dtype}{list(sc)}, "
+                            f"but the product is [{sa[0]}, {sb[1]}]")
+            if acc.type.dtype not in FLOAT_DTYPES:
+                raise error(loc, f"gemm accumulator `{acc.name}` must be a float tile, got {acc.type.dtype}")
+
+    def call(self, e: A.Call) -> Value:
+        fn, args = e.fn, e.args
+
+        def want(n: int) -> None:
+            if len(args) != n:
+                raise error(e.loc, f"`{fn}` takes {n} argument{'s' * (n != 1)}, got {len(args)}")
+
+        if fn in ("zeros", "full"):
+            want(1 if fn == "zeros" else 2)
+            t = self.type_arg(args[0])
+            value = 0.0
+            if fn == "full":
+                if not isinstance(args[1], (A.IntLit, A.FloatLit)):
+                    raise error(args[1].loc, "`full` takes a number as its fill value")
+                value = float(args[1].value)
+            v = self.temp(t, e.loc)
+            self.emit(O.FillOp(operands=[v], attrs={"value": value}, loc=e.loc))
+            return v
+        if fn in SPACE_CALLS:
+            want(1)
+            if isinstance(args[0], A.Index):
+                return self.load(args[0], fn)
+            if isinstance(args[0], A.Call) and args[0].fn == "cast" and len(args[0].args) == 2:
+                return self.cast(args[0], fn)  # convert straight into the requested space
+            x = self.tile(args[0])
+            v = self.temp(x.type.with_space(fn), e.loc)
+            self.emit(O.CopyOp(operands=[x, v], loc=e.loc))
+            return v
+        if fn == "cast":
+            want(2)
+            return self.cast(e, "frag")
+        if fn in UNARY_CALLS:
+            want(1)
+            return self.unary(UNARY_CALLS[fn], self.tile(args[0]), e.loc)
+        if fn in ("max", "min") and len(args) == 2:
+            a, b = self.tile(args[0]), self.tile(args[1])
+            out = self.temp(TileType("frag", promote(a.type.dtype, b.type.dtype), a.type.shape), e.loc)
+            self.check_shape(a.type, b.type, e.loc, f"`{fn}`")
+            self.emit(O.ElementwiseOp(operands=[a, b, out], attrs={"fn": fn}, loc=e.loc))
+            return out
+        if fn in ("sum", "max", "min"):
+            want(2)
+            x = self.tile(args[0])
+            axis = exprs.evaluate(self.index(args[1], allow_vars=False), self.env)
+            if not 0 <= axis < x.type.rank:
+                raise error(args[1].loc, f"axis {axis} out of range for a rank-{x.type.rank} tile")
+            shape = x.type.shape[:axis] + (exprs.Num(1),) + x.type.shape[axis + 1:]
+            dtype = "f32" if x.type.dtype in ("f16", "bf16") else x.type.dtype
+            out = self.temp(TileType("frag", dtype, shape), e.loc)
+            self.emit(O.ReduceOp(operands=[x, out], attrs={"fn": fn, "axis": axis}, loc=e.loc))
+            return out
+        known = ["zeros", "full", "cast", *SPACE_CALLS, *UNARY_CALLS, "sum", "max", "min"]
+        raise error(e.loc, f"unknown function `{fn}`", f"tile functions: {', '.join(known)}")
+
+    def cast(self, e: A.Call, space: str) -> Value:
+        x, dtype = self.tile(e.args[0]), self.dtype_arg(e.args[1])
+        v = self.temp(TileType(space, dtype, x.type.shape), e.loc)
+        self.emit(O.CopyOp(operands=[x, v], loc=e.loc))
+        return v
+
+    def check_shape(self, want: TileType, got: TileType, loc: Loc, what: str, broadcast: bool = False) -> None:
+        sw, sg = want.concrete_shape(self.env), got.concrete_shape(self.env)
+        ok = sw == sg or (broadcast and len(sw) == len(sg) and all(g in (w, 1) for w, g in zip(sw, sg)))
+        if not ok:
+            raise error(loc, f"shape mismatch in {what}: expected {want.dtype}{list(sw)}, got {got.dtype}{list(sg)}",
+                        f"symbolically: expected [{', '.join(map(exprs.to_str, want.shape))}], "
+                        f"got [{', '.join(map(exprs.to_str, got.shape))}]")
