@@ -18,8 +18,6 @@ import tempfile
 from functools import lru_cache
 from importlib import metadata
 
-import codegen
-
 TKC_VERSION = "0.1.0"
 
 
@@ -30,17 +28,20 @@ def default_root() -> str:
 @lru_cache(maxsize=1)
 def tool_versions() -> str:
     """Versions that change generated or compiled code: tkc (its version and a hash of the
-    backends' sources, so an edited backend never reads stale entries), TileLang, Python."""
+    compiler's own sources and grammars, so an edited compiler never reads stale entries),
+    TileLang, Python."""
     try:
         tl = metadata.version("tilelang")
     except metadata.PackageNotFoundError:
         tl = "none"
     h = hashlib.sha256()
-    folder = os.path.dirname(codegen.__file__)
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".py"):
-            with open(os.path.join(folder, name), "rb") as f:
-                h.update(name.encode() + b"\0" + f.read())
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for pkg in ("dsl", "passes", "codegen", "tkc"):
+        folder = os.path.join(top, pkg)
+        for name in sorted(os.listdir(folder)):
+            if name.endswith((".py", ".lark")):
+                with open(os.path.join(folder, name), "rb") as f:
+                    h.update(f"{pkg}/{name}".encode() + b"\0" + f.read())
     py = f"{sys.version_info[0]}.{sys.version_info[1]}"
     return f"tkc={TKC_VERSION}+{h.hexdigest()[:12]};tilelang={tl};python={py}"
 

@@ -3,28 +3,24 @@
 Stages, in order: `dsl.parser.parse`, `dsl.lower.lower` (with `-D` overrides), the target's
 default pass pipeline (`tile,software-pipeline,check-smem-fit{target=sm_90}`), then the backend's
 `emit` (codegen/). Generated source is cached on disk by the hash of the final IR, the target
-and tool versions (tkc/cache.py).
+and tool versions (tkc/cache.py). A second index maps the hash of the source text, overrides
+and target to that key, so a warm `tkc compile` neither parses nor lowers (it stays well under
+0.2 s); the final IR is stored with the code and parsed back only when a caller needs it.
+Heavy modules (lark, the backends, TileLang) are imported only when used.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from codegen import tilelang as tilelang_gpu
-from codegen import tilelang_cpu
 from dsl.diagnostics import Loc, error
-from dsl.ir import Module, print_module
-from dsl.ir_parser import parse_module
-from dsl.lower import lower
-from dsl.parser import parse
-from passes.manager import parse_pipeline, run_pipeline
-from tkc.cache import Cache, cache_key
+from tkc.cache import Cache, cache_key, tool_versions
 
 TARGETS = ("tilelang", "tilelang-cpu", "tir")
-# Backend source emitters; `tir` is produced from the TileLang source by TileLang itself.
-EMITTERS = {"tilelang": tilelang_gpu.emit, "tilelang-cpu": tilelang_cpu.emit, "tir": tilelang_gpu.emit}
 SOURCE_FILE = {"tilelang": "kernel.py", "tilelang-cpu": "kernel.py", "tir": "kernel_tir.py"}
+IR_FILE = "kernel.tkir"
 
 
 def read_source(path: str) -> str:
@@ -36,9 +32,13 @@ def read_source(path: str) -> str:
         raise error(Loc(path, 0, 0), f"cannot read `{path}`: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def frontend(path: str, overrides: dict[str, int] | None = None) -> Module:
+def frontend(path: str, overrides: dict[str, int] | None = None, text: str | None = None):
     """Parse and lower a .tk file, or parse a .tkir file (overrides then must be empty)."""
-    text = read_source(path)
+    from dsl.ir_parser import parse_module
+    from dsl.lower import lower
+    from dsl.parser import parse
+
+    text = read_source(path) if text is None else text
     if path.endswith(".tkir"):
         if overrides:
             raise error(Loc(path, 1, 1), "`-D` applies to .tk files only; IR files are already specialized")
@@ -47,14 +47,17 @@ def frontend(path: str, overrides: dict[str, int] | None = None) -> Module:
 
 
 def default_pipeline(target: str, sm: str = "sm_90") -> str:
-    """The pass pipeline every target runs (the CPU target skips no checks: the same IR runs on
-    the GPU, so an over-budget kernel is rejected everywhere)."""
+    """The pass pipeline of every target (the CPU target runs the same checks: the same IR runs
+    on the GPU, so an over-budget kernel is rejected everywhere)."""
     if target not in TARGETS:
         raise error(Loc("<command line>", 1, 1), f"unknown target `{target}`", f"targets: {', '.join(TARGETS)}")
     return f"tile,software-pipeline,check-smem-fit{{target={sm}}}"
 
 
-def optimize(module: Module, target: str) -> Module:
+def optimize(module, target: str):
+    """`module` after the default pipeline of `target`."""
+    from passes.manager import parse_pipeline, run_pipeline
+
     return run_pipeline(module, parse_pipeline(default_pipeline(target)))
 
 
@@ -62,39 +65,76 @@ def optimize(module: Module, target: str) -> Module:
 class Artifact:
     """The result of compiling one kernel for one target."""
 
-    module: Module  # final IR
     target: str
     source: str  # generated code
-    key: str  # cache key
-    entry: str  # cache entry directory (holds the source file)
+    key: str  # cache key (hash of the final IR, target, versions)
+    entry: str  # cache entry directory (holds the source file and the final IR)
     cached: bool  # whether the source came from the cache
+    ir_text: str = ""
+    _module: object = field(default=None, repr=False)
+
+    @property
+    def module(self):
+        """The final IR (parsed back from the cache entry when the artifact was cached)."""
+        if self._module is None:
+            from dsl.ir_parser import parse_module
+
+            self._module = parse_module(self.ir_text, os.path.join(self.entry, IR_FILE))
+        return self._module
 
     @property
     def source_path(self) -> str:
         return os.path.join(self.entry, SOURCE_FILE[self.target])
 
 
+def _source_key(path: str, text: str, overrides: dict[str, int], target: str) -> str:
+    h = hashlib.sha256()
+    for part in (os.path.abspath(path), path, text, repr(sorted(overrides.items())), target,
+                 default_pipeline(target), tool_versions()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return "src-" + h.hexdigest()
+
+
 def compile_file(path: str, target: str, overrides: dict[str, int] | None = None,
                  cache: Cache | None = None) -> Artifact:
     """Compile `path` for `target`; raises TkError for any user error."""
-    pipeline = default_pipeline(target)
-    module = run_pipeline(frontend(path, overrides), parse_pipeline(pipeline))
-    return emit(module, target, cache)
+    cache = cache or Cache()
+    overrides = dict(overrides or {})
+    text = read_source(path)
+    src_key = _source_key(path, text, overrides, target)
+    index = cache.get(src_key)
+    if index is not None:
+        key = index.get("key", "")
+        files = cache.get(key) if len(key) == 64 else None
+        if files is not None and SOURCE_FILE[target] in files and IR_FILE in files:
+            return Artifact(target, files[SOURCE_FILE[target]], key, cache.path(key), True, files[IR_FILE])
+    artifact = emit(optimize(frontend(path, overrides, text), target), target, cache)
+    cache.put(src_key, {"key": artifact.key}, target)
+    return artifact
 
 
-def emit(module: Module, target: str, cache: Cache | None = None) -> Artifact:
+def emit(module, target: str, cache: Cache | None = None) -> Artifact:
     """Generate (or fetch from the cache) the backend source of a final-IR module."""
+    from dsl.ir import print_module
+
     cache = cache or Cache()
     ir_text = print_module(module)
     key = cache_key(ir_text, target)
     files = cache.get(key)
     if files is not None and SOURCE_FILE[target] in files:
-        return Artifact(module, target, files[SOURCE_FILE[target]], key, cache.path(key), True)
+        return Artifact(target, files[SOURCE_FILE[target]], key, cache.path(key), True, ir_text, module)
     if target == "tir":
-        from codegen import tir  # imports TileLang: only when asked for
+        from codegen import tir
 
         source = tir.emit(module)
+    elif target == "tilelang":
+        from codegen import tilelang
+
+        source = tilelang.emit(module)
     else:
-        source = EMITTERS[target](module)
-    entry = cache.put(key, {SOURCE_FILE[target]: source, "kernel.tkir": ir_text}, target)
-    return Artifact(module, target, source, key, entry, False)
+        from codegen import tilelang_cpu
+
+        source = tilelang_cpu.emit(module)
+    entry = cache.put(key, {SOURCE_FILE[target]: source, IR_FILE: ir_text}, target)
+    return Artifact(target, source, key, entry, False, ir_text, module)
