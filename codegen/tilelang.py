@@ -22,6 +22,7 @@ TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64"
              "i8": "T.int8", "i32": "T.int32"}
 STR_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i8": "int8", "i32": "int32"}
 _IDX = "ijkl"
+_TRANSCENDENTAL = ("exp", "sqrt", "rsqrt", "silu")
 # Smallest tile T.gemm takes on tensor cores (per dim M, N, K), TileLang 0.1.15 on sm_80/sm_90.
 MMA_MIN = (16, 16, 16)
 
@@ -230,8 +231,10 @@ class _Emitter:
 
     def op_elementwise(self, op: Op, depth: int) -> None:
         out, ins = op.operands[-1], op.operands[:-1]
-        mixed = any(v.type.dtype != out.type.dtype for v in ins)
-        compute = ("f64" if out.type.dtype == "f64" else "f32") if mixed else out.type.dtype
+        # Mixed dtypes and transcendental functions compute in f32 (f64 for f64), like the
+        # interpreter; a single add/sub/mul/div in f16 rounds the same either way.
+        wide = any(v.type.dtype != out.type.dtype for v in ins) or op.attrs["fn"] in _TRANSCENDENTAL
+        compute = ("f64" if out.type.dtype == "f64" else "f32") if wide else out.type.dtype
         idx, d = self.loop_nest(self.dims(out), depth)
         args = [self.cast(self.at(v, idx, broadcast=True), v.type.dtype, compute) for v in ins]
         if "scalar" in op.attrs:
@@ -301,8 +304,10 @@ def _apply(fn: str, args: list[str], dtype: str) -> str:
         return f"T.{fn}({x}, {args[1]})"
     if fn == "neg":
         return f"-{x}"
+    if fn == "abs":  # TileLang's C target has no fabs lowering
+        return f"T.max({x}, -{x})"
     if fn == "relu":
         return f"T.max({x}, {dtype}(0))"
     if fn == "silu":
         return f"{x} / ({dtype}(1) + T.exp(-{x}))"
-    return f"T.{fn}({x})"  # exp, abs, sqrt, rsqrt
+    return f"T.{fn}({x})"  # exp, sqrt, rsqrt

@@ -48,7 +48,8 @@ class Neg(Node):
 
 @dataclass
 class Slice(Node):
-    """One subscript: `lo : +size` (kind "len"), `lo : hi` ("range"), `:` ("all"), `i` ("one")."""
+    """One subscript: `lo : +size` (kind "len"), `lo : hi` and `: hi` ("range"), `lo :` ("from"),
+    `:` ("all"), `i` ("one")."""
 
     kind: str
     lo: "Expr | None" = None

@@ -89,7 +89,7 @@ class _Build(lark.Transformer):
 @lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
     path = os.path.join(os.path.dirname(__file__), "expr.lark")
-    return lark.Lark.open(path, parser="lalr")
+    return lark.Lark.open(path, parser="lalr", cache=True)
 
 
 @lru_cache(maxsize=4096)

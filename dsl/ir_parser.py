@@ -23,7 +23,7 @@ from dsl.verifier import verify
 @lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
     path = os.path.join(os.path.dirname(__file__), "ir.lark")
-    return lark.Lark.open(path, parser="lalr", propagate_positions=True)
+    return lark.Lark.open(path, parser="lalr", propagate_positions=True, cache=True)
 
 
 class _Reader:

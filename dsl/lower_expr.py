@@ -17,6 +17,8 @@ from dsl.types import DTYPES, FLOAT_DTYPES, TileType, promote
 UNARY_CALLS = {"exp": "exp", "relu": "relu", "silu": "silu", "abs": "abs", "sqrt": "sqrt", "rsqrt": "rsqrt"}
 BIN_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
 SPACE_CALLS = ("shared", "frag", "local")
+# Reductions along an axis (the reduced dim is kept with extent 1), named as in torch.
+REDUCE_CALLS = {"sum": "sum", "amax": "max", "amin": "min"}
 
 
 class ExprLowerer:
@@ -68,6 +70,13 @@ class ExprLowerer:
             if sub.kind == "all":
                 offsets.append(exprs.Num(0))
                 sizes.append(dim)
+            elif sub.kind == "from":
+                lo = self.index(sub.lo, allow_vars=False)
+                n = exprs.evaluate(dim, self.env) - exprs.evaluate(lo, self.env)
+                if n <= 0:
+                    raise error(sub.loc, f"empty slice: `{exprs.to_str(lo)} :` has {n} elements")
+                offsets.append(lo)
+                sizes.append(exprs.substitute(exprs.Bin("-", dim, lo), {}))
             elif sub.kind == "one":
                 offsets.append(self.index(sub.lo))
                 sizes.append(exprs.Num(1))
@@ -230,13 +239,17 @@ class ExprLowerer:
         if fn in UNARY_CALLS:
             want(1)
             return self.unary(UNARY_CALLS[fn], self.tile(args[0]), e.loc)
-        if fn in ("max", "min") and len(args) == 2:
+        if fn in ("max", "min"):
+            want(2)
+            lit = args[1] if isinstance(args[1], (A.IntLit, A.FloatLit)) else None
+            if lit is not None:  # max(x, 0.0): elementwise with a scalar
+                return self.unary(fn, self.tile(args[0]), e.loc, scalar=float(lit.value))
             a, b = self.tile(args[0]), self.tile(args[1])
+            self.check_shape(a.type, b.type, e.loc, f"`{fn}`", broadcast=True)
             out = self.temp(TileType("frag", promote(a.type.dtype, b.type.dtype), a.type.shape), e.loc)
-            self.check_shape(a.type, b.type, e.loc, f"`{fn}`")
             self.emit(O.ElementwiseOp(operands=[a, b, out], attrs={"fn": fn}, loc=e.loc))
             return out
-        if fn in ("sum", "max", "min"):
+        if fn in REDUCE_CALLS:
             want(2)
             x = self.tile(args[0])
             axis = exprs.evaluate(self.index(args[1], allow_vars=False), self.env)
@@ -245,9 +258,9 @@ class ExprLowerer:
             shape = x.type.shape[:axis] + (exprs.Num(1),) + x.type.shape[axis + 1:]
             dtype = "f32" if x.type.dtype in ("f16", "bf16") else x.type.dtype
             out = self.temp(TileType("frag", dtype, shape), e.loc)
-            self.emit(O.ReduceOp(operands=[x, out], attrs={"fn": fn, "axis": axis}, loc=e.loc))
+            self.emit(O.ReduceOp(operands=[x, out], attrs={"fn": REDUCE_CALLS[fn], "axis": axis}, loc=e.loc))
             return out
-        known = ["zeros", "full", "cast", *SPACE_CALLS, *UNARY_CALLS, "sum", "max", "min"]
+        known = ["zeros", "full", "cast", *SPACE_CALLS, *UNARY_CALLS, "max", "min", *REDUCE_CALLS]
         raise error(e.loc, f"unknown function `{fn}`", f"tile functions: {', '.join(known)}")
 
     def cast(self, e: A.Call, space: str) -> Value:

@@ -27,7 +27,7 @@ _TOKEN_NAMES = {
 @lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
     path = os.path.join(os.path.dirname(__file__), "grammar.lark")
-    return lark.Lark.open(path, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    return lark.Lark.open(path, parser="lalr", propagate_positions=True, maybe_placeholders=True, cache=True)
 
 
 def parse(source: str, filename: str = "<input>") -> A.Kernel:
@@ -130,6 +130,10 @@ class _Builder:
             loc = self.loc(s) if not (isinstance(s, lark.Tree) and s.data == "slice_all" and s.meta.empty) else None
             if s.data == "slice_all":
                 out.append(A.Slice(loc or Loc(self.filename, 0, 0), "all"))
+            elif s.data == "slice_upto":
+                out.append(A.Slice(self.loc(s), "range", A.IntLit(self.loc(s), 0), self.expr(s.children[0])))
+            elif s.data == "slice_from":
+                out.append(A.Slice(self.loc(s), "from", self.expr(s.children[0])))
             elif s.data == "slice_one":
                 out.append(A.Slice(self.loc(s), "one", self.expr(s.children[0])))
             else:
