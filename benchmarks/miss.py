@@ -1,0 +1,498 @@
+"""Benchmark MiSS shard-sum-then-gemm: tkc examples vs torch eager vs torch.compile.
+
+    C = sum(A.reshape(M, K/R, R), -2) @ B      A f16[M, K], B f16[R, N] -> C f16[M, N]
+    (MiSS, arXiv 2409.15371; seed 000)
+
+On the device machine (one run does everything, prints a markdown table last):
+
+    source .device/env.sh && python3 benchmarks/miss.py --out $OUT/miss.json
+
+On a CPU box (tiny shapes, target tilelang-cpu, wall-clock timer; checks the script end to end):
+
+    python3 benchmarks/miss.py --cpu
+
+Method (see benchmarks/README.md and /work/.library/device/METHOD.md): the device-to-device copy
+bandwidth is measured once (bytes read + written); every variant is checked against a float32
+reference from the same fp16 inputs before it is timed (max|out-ref|/max|ref| > 1e-2 is WRONG);
+times are `triton.testing.do_bench` medians over a rotation of input sets whose total size exceeds
+the 50 MiB L2; tkc kernels are compiled (and TileLang's nvcc builds pre-warmed in parallel worker
+processes) before any timing. Bytes moved = A + B read once + C written once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import datetime
+import glob
+import json
+import math
+import multiprocessing
+import os
+import platform
+import re
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run from anywhere without installing
+    sys.path.insert(0, ROOT)
+
+GPU_SHAPES = ["M1024K1024N1024R64", "M4096K4096N4096R64", "M16384K4096N4096R64", "M8192K4096N11008R64"]
+CPU_SHAPES = ["M64K256N128R32", "M128K512N256R64"]
+# Every examples/miss*.tk (seed 000's three variants and tkc's own form), by stem.
+EXAMPLES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "examples", "miss*.tk")))
+TORCH_VARIANTS = ["eager", "compile"]
+RTOL = 1e-2
+L2_BYTES = 50 * 2**20
+
+
+# ----------------------------------------------------------------------------- shapes, bytes
+
+def parse_shape(text: str) -> dict[str, int]:
+    """`M4096K4096N4096R64` -> {"M": 4096, "K": 4096, "N": 4096, "R": 64}; K must be a multiple of R."""
+    m = re.fullmatch(r"M(\d+)K(\d+)N(\d+)R(\d+)", text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"shape `{text}` is not of the form M<int>K<int>N<int>R<int>")
+    s = dict(zip("MKNR", map(int, m.groups())))
+    if s["K"] % s["R"]:
+        raise argparse.ArgumentTypeError(f"shape `{text}`: K={s['K']} is not a multiple of R={s['R']}")
+    return s
+
+
+def shape_name(s: dict[str, int]) -> str:
+    return f"M{s['M']}K{s['K']}N{s['N']}R{s['R']}"
+
+
+def input_bytes(s: dict[str, int]) -> int:
+    return 2 * (s["M"] * s["K"] + s["R"] * s["N"])
+
+
+def moved_bytes(s: dict[str, int]) -> int:
+    """Fewest bytes through device memory: A and B read once, C written once (all f16)."""
+    return input_bytes(s) + 2 * s["M"] * s["N"]
+
+
+# ----------------------------------------------------------------------------- torch variants
+
+def miss_torch(A, B):
+    """The torch form users would write (sum of the K/R shards of width R, then the product)."""
+    import torch
+
+    M, K = A.shape
+    R = B.shape[0]
+    return torch.sum(A.reshape(M, K // R, R), dim=-2) @ B
+
+
+def reference(A, B):
+    """float32 reference from the same fp16 inputs (no TF32: see main)."""
+    import torch
+
+    M, K = A.shape
+    R = B.shape[0]
+    return torch.sum(A.float().reshape(M, K // R, R), dim=-2) @ B.float()
+
+
+def rel_error(out, ref) -> float:
+    """max|out - ref| / max|ref|; NaN if shapes differ or out has non-finite values."""
+    import torch
+
+    if tuple(out.shape) != tuple(ref.shape):
+        return float("nan")
+    out = out.float()
+    if not bool(torch.isfinite(out).all()):
+        return float("nan")
+    scale = ref.abs().max().item() or 1.0
+    return (out - ref).abs().max().item() / scale
+
+
+# ----------------------------------------------------------------------------- timing
+
+class Timer:
+    """Median time in ms of `fn()` after warm-up: do_bench on the GPU, perf_counter on the CPU."""
+
+    def __init__(self, cpu: bool, warmup_ms: float, rep_ms: float):
+        self.cpu, self.warmup_ms, self.rep_ms = cpu, warmup_ms, rep_ms
+
+    def __call__(self, fn) -> float:
+        if self.cpu:
+            return self._wall(fn)
+        from triton.testing import do_bench
+
+        try:
+            return float(do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median"))
+        except TypeError:  # older Triton: no return_mode
+            return float(do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, quantiles=[0.5])[0])
+
+    def _wall(self, fn) -> float:
+        fn()
+        t0 = time.perf_counter()
+        n_warm = 0
+        while (time.perf_counter() - t0) * 1e3 < self.warmup_ms or n_warm < 2:
+            fn()
+            n_warm += 1
+        times = []
+        t_end = time.perf_counter() + self.rep_ms / 1e3
+        while time.perf_counter() < t_end or len(times) < 5:
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(times)
+
+
+def rotating(fn, sets):
+    """A no-argument callable that runs fn on the next input set each call (defeats the L2)."""
+    state = {"i": 0}
+
+    def run():
+        i = state["i"]
+        state["i"] = (i + 1) % len(sets)
+        return fn(*sets[i])
+
+    return run
+
+
+def copy_bandwidth(timer: Timer, device: str, nbytes: int) -> dict:
+    """Device-to-device copy of `nbytes`: bytes read + written over the median time, in TB/s."""
+    import torch
+
+    n = nbytes // 2
+    src = torch.randn(n, device=device, dtype=torch.float16)
+    dst = torch.empty_like(src)
+    ms = timer(lambda: dst.copy_(src))
+    return {"bytes": 2 * nbytes, "time_us": ms * 1e3, "tbps": 2 * nbytes / (ms * 1e-3) / 1e12}
+
+
+# ----------------------------------------------------------------------------- tkc variants
+
+def _prewarm_one(path: str, target: str, cache_dir: str, dims: dict[str, int]) -> str:
+    """Worker: compile one (example, shape) so TileLang's disk cache holds the binary."""
+    try:
+        import tkc
+
+        tkc.compile(path, target=target, cache_dir=cache_dir).specialize(dims)
+        return "ok"
+    except Exception as exc:  # reported properly by the main process, which compiles again
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def prewarm(jobs: list[tuple[str, dict[str, int]]], target: str, cache_dir: str, workers: int) -> float:
+    """Compile every job in `workers` spawned processes (nvcc builds are slow and serial in one
+    process); the main process then finds the binaries in the shared cache. Returns seconds."""
+    t0 = time.perf_counter()
+    if workers <= 1 or not jobs:
+        return 0.0
+    ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold a CUDA context
+    with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
+        futures = [pool.submit(_prewarm_one, p, target, cache_dir, d) for p, d in jobs]
+        for f in futures:
+            try:
+                f.result()
+            except Exception:  # a crashed worker: the main process will report the error
+                pass
+    return time.perf_counter() - t0
+
+
+def first_line_of_tkerror(exc) -> str:
+    d = exc.diagnostics[0] if getattr(exc, "diagnostics", None) else None
+    return d.message if d else (str(exc).splitlines() or [""])[0]
+
+
+# ----------------------------------------------------------------------------- the run
+
+def make_sets(s: dict[str, int], device: str, rotate_bytes: int, max_sets: int, seed: int):
+    import torch
+
+    n = max(2, min(max_sets, math.ceil(rotate_bytes / input_bytes(s))))
+    gen = torch.Generator(device=device).manual_seed(seed)
+    sets = []
+    for _ in range(n):
+        A = torch.randn(s["M"], s["K"], device=device, dtype=torch.float16, generator=gen)
+        B = torch.randn(s["R"], s["N"], device=device, dtype=torch.float16, generator=gen)
+        sets.append((A, B))
+    return sets
+
+
+def poison_next_output(shape, device):
+    """Best effort: leave a NaN-filled block of the output's size in the caching allocator, so a
+    kernel that misses elements of its freshly allocated output shows NaN, not stale values."""
+    import torch
+
+    t = torch.full(shape, float("nan"), device=device, dtype=torch.float16)
+    del t
+
+
+def check(fn, sets, s, device) -> float:
+    """Relative error of fn against the float32 reference on a fresh input set (not a timed one)."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(12345)
+    A = torch.randn(s["M"], s["K"], device=device, dtype=torch.float16, generator=gen)
+    B = torch.randn(s["R"], s["N"], device=device, dtype=torch.float16, generator=gen)
+    ref = reference(A, B)
+    poison_next_output((s["M"], s["N"]), device)
+    out = fn(A, B)
+    err = rel_error(out, ref)
+    err0 = rel_error(fn(*sets[0]), reference(*sets[0]))  # and on one timed set
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return max(err, err0) if not (math.isnan(err) or math.isnan(err0)) else float("nan")
+
+
+def bench_variant(name, fn, s, sets, timer, device, copy_tbps, eager_ms, extra=None) -> dict:
+    """Check then time one variant; never raises (errors become a status and a note)."""
+    import torch
+
+    row = {"shape": shape_name(s), **s, "variant": name, "status": "error", "time_us": None,
+           "ratio_to_eager": None, "tbps": None, "frac_copy": None, "rel_err": None, "note": "",
+           "n_sets": len(sets), **(extra or {})}
+    try:
+        err = check(fn, sets, s, device)
+        row["rel_err"] = err
+        wrong = math.isnan(err) or err > RTOL
+        ms = timer(rotating(fn, sets))
+        if device == "cuda":
+            torch.cuda.synchronize()
+    except Exception as exc:
+        row["note"] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"[:300]
+        row["traceback"] = traceback.format_exc()
+        return row
+    row["status"] = "WRONG" if wrong else "ok"
+    row["time_us"] = ms * 1e3
+    row["tbps"] = moved_bytes(s) / (ms * 1e-3) / 1e12
+    row["frac_copy"] = row["tbps"] / copy_tbps if copy_tbps else None
+    row["ratio_to_eager"] = ms / eager_ms if eager_ms else None
+    if wrong:
+        row["note"] = f"rel err {err:.3e} > {RTOL:g}"
+    return row
+
+
+def tkc_variant(example, s, args, device):
+    """(callable, extra info) for one example at one shape, or (None, row fields) if it does
+    not compile. Compilation happens here, outside the timed region."""
+    import tkc
+    from dsl.diagnostics import TkError
+
+    path = os.path.join(ROOT, "examples", f"{example}.tk")
+    t0 = time.perf_counter()
+    try:
+        k = tkc.compile(path, target=args.target, cache_dir=args.cache_dir)
+        k.specialize({d: s[d] for d in "MKNR"})
+    except TkError as exc:
+        msg = first_line_of_tkerror(exc)
+        status = "does not fit" if "shared memory" in msg else "compile error"
+        return None, {"status": status, "note": msg, "diagnostic": exc.render()}
+    except Exception as exc:
+        return None, {"status": "error", "note": f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"[:300],
+                      "traceback": traceback.format_exc()}
+    return k, {"compile_s": time.perf_counter() - t0}
+
+
+def fmt(v, spec, empty="-"):
+    return empty if v is None else format(v, spec)
+
+
+def print_row(r):
+    if r["time_us"] is None:
+        print(f"  {r['variant']:<12} {r['status']}: {r['note']}", flush=True)
+        return
+    line = (f"  {r['variant']:<12} {r['time_us']:10.1f} us  x{fmt(r['ratio_to_eager'], '.2f'):>6} eager"
+            f"  {r['tbps']:7.3g} TB/s  {fmt(r['frac_copy'] and 100 * r['frac_copy'], '5.1f')}% of copy"
+            f"  err {fmt(r['rel_err'], '.1e')}")
+    if r["status"] != "ok":
+        line += f"  {r['status']} ({r['note']})"
+    print(line, flush=True)
+
+
+def markdown(results, meta) -> str:
+    lines = [f"MiSS on {meta['device_name']} ({meta['date']}); copy {meta['copy']['tbps']:.2f} TB/s; "
+             f"median of {meta['timer']}",
+             "",
+             "| shape | variant | time (us) | x eager | TB/s | % copy | status |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        if r["time_us"] is None:
+            lines.append(f"| {r['shape']} | {r['variant']} | - | - | - | - | {r['status']}: {r['note'][:70]} |")
+            continue
+        lines.append(f"| {r['shape']} | {r['variant']} | {r['time_us']:.1f} | {fmt(r['ratio_to_eager'], '.2f')} "
+                     f"| {r['tbps']:.3g} | {fmt(r['frac_copy'] and 100 * r['frac_copy'], '.0f')} | {r['status']} |")
+    return "\n".join(lines)
+
+
+def versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "triton", "tilelang"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def git_state() -> str:
+    """The commit measured, with `+dirty` when the working tree differs from it."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty=+dirty"], capture_output=True,
+                             text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def default_out() -> str:
+    return os.path.join(os.environ["OUT"], "miss.json") if os.environ.get("OUT") else "miss.json"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cpu", action="store_true",
+                   help="CPU dry run: tiny shapes, target tilelang-cpu, perf_counter timing, no torch.compile")
+    p.add_argument("--shapes", default=None,
+                   help=f"comma-separated shapes like M4096K4096N4096R64 (default: {','.join(GPU_SHAPES)}; "
+                        f"with --cpu: {','.join(CPU_SHAPES)})")
+    p.add_argument("--variants", default=None,
+                   help=f"comma-separated subset of {','.join(TORCH_VARIANTS + EXAMPLES)} (default: all; "
+                        "with --cpu all but compile)")
+    p.add_argument("--out", default=default_out(), help="JSON results (default: $OUT/miss.json or ./miss.json)")
+    p.add_argument("--warmup", type=float, default=None, help="warm-up per variant in ms (default 100; --cpu 20)")
+    p.add_argument("--rep", type=float, default=None, help="timed repetitions per variant in ms (default 300; --cpu 200)")
+    p.add_argument("--rotate-mib", type=float, default=None,
+                   help="total size of the rotated input sets in MiB (default 4 x the 50 MiB L2; --cpu 64)")
+    p.add_argument("--max-sets", type=int, default=100, help="at most this many rotated input sets")
+    p.add_argument("--copy-mib", type=float, default=None, help="bytes copied to measure bandwidth (default 1024; --cpu 64)")
+    p.add_argument("--cache-dir", default=None, help="tkc cache (default: a fresh temporary directory)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="processes that pre-build the tkc kernels in parallel (default: min(8, CPUs); 1 = none)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    args.target = "tilelang-cpu" if args.cpu else "tilelang"
+    args.shapes = [parse_shape(t) for t in (args.shapes or ",".join(CPU_SHAPES if args.cpu else GPU_SHAPES)).split(",")]
+    known = TORCH_VARIANTS + EXAMPLES
+    if args.variants:
+        args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        bad = [v for v in args.variants if v not in known]
+        if bad:
+            p.error(f"unknown variant(s) {', '.join(bad)}; known: {', '.join(known)}")
+    else:
+        args.variants = [v for v in known if not (args.cpu and v == "compile")]
+    args.warmup = args.warmup if args.warmup is not None else (20 if args.cpu else 100)
+    args.rep = args.rep if args.rep is not None else (200 if args.cpu else 300)
+    args.rotate_bytes = int((args.rotate_mib if args.rotate_mib is not None else (64 if args.cpu else 4 * 50)) * 2**20)
+    args.copy_bytes = int((args.copy_mib if args.copy_mib is not None else (64 if args.cpu else 1024)) * 2**20)
+    args.jobs = args.jobs if args.jobs is not None else min(8, os.cpu_count() or 1)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.cache_dir is None:
+        args.cache_dir = tempfile.mkdtemp(prefix="tkc-bench-miss-")
+    # TileLang's cache goes inside tkc's; set before anything imports tilelang (worker processes
+    # inherit the environment).
+    os.environ.setdefault("TILELANG_CACHE_DIR", os.path.join(args.cache_dir, "tilelang"))
+    import torch
+
+    device = "cpu" if args.cpu else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device: run on the device machine, or pass --cpu for the CPU dry run", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False  # the float32 reference must be float32
+    torch.backends.cudnn.allow_tf32 = False
+    timer = Timer(args.cpu, args.warmup, args.rep)
+    examples = [v for v in args.variants if v in EXAMPLES]
+    meta = {
+        "device_name": torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+        "device": device, "target": args.target, **versions(),
+        "cuda": torch.version.cuda, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join([sys.executable, *sys.argv]), "host": platform.node(), "tree": git_state(),
+        "timer": "triton.testing.do_bench" if device == "cuda" else "time.perf_counter",
+        "warmup_ms": args.warmup, "rep_ms": args.rep, "rotate_bytes": args.rotate_bytes, "l2_bytes": L2_BYTES,
+        "rtol": RTOL, "cache_dir": args.cache_dir,
+    }
+    print(f"# MiSS benchmark on {meta['device_name']}; torch {meta['torch']}, triton {meta['triton']}, "
+          f"tilelang {meta['tilelang']}; target {args.target}; tree {meta['tree']}", flush=True)
+
+    # Pre-build every tkc kernel in parallel (nvcc is the slow part); errors are re-raised and
+    # reported by the main process's own compile below.
+    jobs = [(os.path.join(ROOT, "examples", f"{e}.tk"), {d: s[d] for d in "MKNR"}) for s in args.shapes for e in examples]
+    meta["prewarm_s"] = prewarm(jobs, args.target, args.cache_dir, args.jobs)
+    if meta["prewarm_s"]:
+        print(f"pre-built {len(jobs)} tkc kernels in {meta['prewarm_s']:.1f} s with {min(args.jobs, len(jobs))} processes",
+              flush=True)
+
+    meta["copy"] = copy_bandwidth(timer, device, args.copy_bytes)
+    copy_tbps = meta["copy"]["tbps"]
+    print(f"copy bandwidth: {copy_tbps:.3f} TB/s ({meta['copy']['bytes'] / 2**20:.0f} MiB read + written "
+          f"in {meta['copy']['time_us']:.1f} us)", flush=True)
+
+    compiled = torch.compile(miss_torch, dynamic=False) if "compile" in args.variants else None
+    results = []
+    for s in args.shapes:
+        name = shape_name(s)
+        sets = make_sets(s, device, args.rotate_bytes, args.max_sets, args.seed)
+        print(f"\n## {name}: {moved_bytes(s) / 2**20:.1f} MiB moved, floor {moved_bytes(s) / (copy_tbps * 1e12) * 1e6:.1f} us "
+              f"at copy bandwidth; {len(sets)} rotated input sets ({len(sets) * input_bytes(s) / 2**20:.0f} MiB)",
+              flush=True)
+        eager = bench_variant("eager", miss_torch, s, sets, timer, device, copy_tbps, None)
+        eager_ms = eager["time_us"] / 1e3 if eager["time_us"] else None
+        if eager_ms:
+            eager["ratio_to_eager"] = 1.0
+        if "eager" in args.variants:
+            results.append(eager)
+            print_row(eager)
+        for v in args.variants:
+            if v == "eager":
+                continue
+            if v == "compile":
+                t0 = time.perf_counter()
+                try:
+                    compiled(*sets[0])  # compiles for this shape, outside the timed region
+                    if device == "cuda":
+                        torch.cuda.synchronize()
+                    extra = {"compile_s": time.perf_counter() - t0}
+                except Exception as exc:
+                    row = {"shape": name, **s, "variant": v, "status": "error", "time_us": None,
+                           "note": f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"[:300]}
+                    results.append(row)
+                    print_row(row)
+                    continue
+                row = bench_variant(v, compiled, s, sets, timer, device, copy_tbps, eager_ms, extra)
+            else:
+                k, extra = tkc_variant(v, s, args, device)
+                if k is None:
+                    row = {"shape": name, **s, "variant": v, "time_us": None, **extra}
+                else:
+                    row = bench_variant(v, k, s, sets, timer, device, copy_tbps, eager_ms, extra)
+            results.append(row)
+            print_row(row)
+        # Time eager again: the spread between the two runs is the noise floor of this shape.
+        again = bench_variant("eager", miss_torch, s, sets, timer, device, copy_tbps, eager_ms)
+        if eager_ms and again["time_us"]:
+            spread = abs(again["time_us"] / 1e3 - eager_ms) / eager_ms
+            eager["eager_again_us"] = again["time_us"]
+            print(f"  (eager again: {again['time_us']:.1f} us, {100 * spread:.1f}% from the first run)", flush=True)
+        del sets
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+    out = {"meta": meta, "results": results}
+    folder = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(folder, exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=1, default=str)
+    print(f"\nwrote {args.out}\n")
+    print(markdown(results, meta))
+    bad = [r for r in results if r["status"] in ("WRONG", "error")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
