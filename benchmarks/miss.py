@@ -169,18 +169,18 @@ def copy_bandwidth(timer: Timer, device: str, nbytes: int) -> dict:
 
 # ----------------------------------------------------------------------------- tkc variants
 
-def _prewarm_one(path: str, target: str, cache_dir: str, dims: dict[str, int]) -> str:
+def _prewarm_one(path: str, target: str, cache_dir: str, dims: dict[str, int], consts=None) -> str:
     """Worker: compile one (example, shape) so TileLang's disk cache holds the binary."""
     try:
         import tkc
 
-        tkc.compile(path, target=target, cache_dir=cache_dir).specialize(dims)
+        tkc.compile(path, target=target, cache_dir=cache_dir, **(consts or {})).specialize(dims)
         return "ok"
     except Exception as exc:  # reported properly by the main process, which compiles again
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-def prewarm(jobs: list[tuple[str, dict[str, int]]], target: str, cache_dir: str, workers: int) -> float:
+def prewarm(jobs: list[tuple[str, dict[str, int], dict[str, int]]], target: str, cache_dir: str, workers: int) -> float:
     """Compile every job in `workers` spawned processes (nvcc builds are slow and serial in one
     process); the main process then finds the binaries in the shared cache. Returns seconds."""
     t0 = time.perf_counter()
@@ -188,7 +188,7 @@ def prewarm(jobs: list[tuple[str, dict[str, int]]], target: str, cache_dir: str,
         return 0.0
     ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold a CUDA context
     with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
-        futures = [pool.submit(_prewarm_one, p, target, cache_dir, d) for p, d in jobs]
+        futures = [pool.submit(_prewarm_one, p, target, cache_dir, d, c) for p, d, c in jobs]
         for f in futures:
             try:
                 f.result()
@@ -271,16 +271,30 @@ def bench_variant(name, fn, s, sets, timer, device, copy_tbps, eager_ms, extra=N
     return row
 
 
-def tkc_variant(example, s, args, device):
+def split_variant(variant: str) -> tuple[str, dict[str, int]]:
+    """`miss_v3[BM=128;BN=256]` -> ("miss_v3", {"BM": 128, "BN": 256}); a bare name has no overrides."""
+    if "[" not in variant:
+        return variant, {}
+    name, _, body = variant.partition("[")
+    consts = {}
+    for item in body.rstrip("]").split(";"):
+        if item.strip():
+            key, _, value = item.partition("=")
+            consts[key.strip()] = int(value)
+    return name, consts
+
+
+def tkc_variant(variant, s, args, device):
     """(callable, extra info) for one example at one shape, or (None, row fields) if it does
     not compile. Compilation happens here, outside the timed region."""
     import tkc
     from dsl.diagnostics import TkError
 
+    example, consts = split_variant(variant)
     path = os.path.join(ROOT, "examples", f"{example}.tk")
     t0 = time.perf_counter()
     try:
-        k = tkc.compile(path, target=args.target, cache_dir=args.cache_dir)
+        k = tkc.compile(path, target=args.target, cache_dir=args.cache_dir, **consts)
         k.specialize({d: s[d] for d in "MKNR"})
     except TkError as exc:
         msg = first_line_of_tkerror(exc)
@@ -360,7 +374,8 @@ def parse_args(argv=None):
                         f"with --cpu: {','.join(CPU_SHAPES)})")
     p.add_argument("--variants", default=None,
                    help=f"comma-separated subset of {','.join(TORCH_VARIANTS + EXAMPLES)} (default: all; "
-                        "with --cpu all but compile)")
+                        "with --cpu all but compile); an example may carry schedule constants, "
+                        "e.g. 'miss_v3[BM=128;BN=256;threads=256]'")
     p.add_argument("--out", default=default_out(), help="JSON results (default: $OUT/miss.json or ./miss.json)")
     p.add_argument("--warmup", type=float, default=None, help="warm-up per variant in ms (default 100; --cpu 20)")
     p.add_argument("--rep", type=float, default=None, help="timed repetitions per variant in ms (default 300; --cpu 200)")
@@ -378,7 +393,7 @@ def parse_args(argv=None):
     known = TORCH_VARIANTS + EXAMPLES
     if args.variants:
         args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-        bad = [v for v in args.variants if v not in known]
+        bad = [v for v in args.variants if split_variant(v)[0] not in known]
         if bad:
             p.error(f"unknown variant(s) {', '.join(bad)}; known: {', '.join(known)}")
     else:
@@ -407,7 +422,7 @@ def main(argv=None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False  # the float32 reference must be float32
     torch.backends.cudnn.allow_tf32 = False
     timer = Timer(args.cpu, args.warmup, args.rep)
-    examples = [v for v in args.variants if v in EXAMPLES]
+    examples = [v for v in args.variants if split_variant(v)[0] in EXAMPLES]
     meta = {
         "device_name": torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
         "device": device, "target": args.target, **versions(),
@@ -422,7 +437,8 @@ def main(argv=None) -> int:
 
     # Pre-build every tkc kernel in parallel (nvcc is the slow part); errors are re-raised and
     # reported by the main process's own compile below.
-    jobs = [(os.path.join(ROOT, "examples", f"{e}.tk"), {d: s[d] for d in "MKNR"}) for s in args.shapes for e in examples]
+    jobs = [(os.path.join(ROOT, "examples", f"{split_variant(e)[0]}.tk"), {d: s[d] for d in "MKNR"}, split_variant(e)[1])
+            for s in args.shapes for e in examples]
     meta["prewarm_s"] = prewarm(jobs, args.target, args.cache_dir, args.jobs)
     if meta["prewarm_s"]:
         print(f"pre-built {len(jobs)} tkc kernels in {meta['prewarm_s']:.1f} s with {min(args.jobs, len(jobs))} processes",
