@@ -150,3 +150,19 @@ def test_smem_check_agrees_with_the_buffers_and_its_fix_works(bm, bn, r, stages,
         assert largest == max(sizes.values())
         assert total - largest + largest // factor <= limit  # shrinking as told fits
         assert factor == 2 or total - largest + largest // (factor // 2) > limit  # and is needed
+
+
+@pytest.mark.parametrize("name", ["miss", "miss_mtile", "miss_row", "miss_v3"])
+def test_every_op_keeps_a_source_location_through_every_pass(name):
+    module = lowered(name, M=100, K=192, N=72, R=32)
+    path = os.path.join(ROOT, "examples", f"{name}.tk")
+    with open(path, encoding="utf-8") as f:
+        nlines = len(f.read().splitlines())
+
+    def check(pass_name, m):
+        for op in m.walk():
+            assert op.loc.file == path and 1 <= op.loc.line <= nlines and op.loc.col >= 1, \
+                f"{op.name} has loc {op.loc} after `{pass_name}`"
+
+    check("lowering", module)
+    run_pipeline(module, parse_pipeline("tile,software-pipeline,check-smem-fit"), check)

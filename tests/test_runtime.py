@@ -1,0 +1,81 @@
+"""tkc.compile / tkc.runtime.Kernel: binding dims from tensors, specialization, launch errors."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import tkc
+from dsl.diagnostics import TkError
+from tkc import check
+from tkc.driver import frontend
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MISS_V3 = os.path.join(ROOT, "examples", "miss_v3.tk")
+
+SHARED_DIM = """\
+kernel addk<BM=16>(A: f16[M, K], B: f16[M, K]) -> (C: f32[M, K])
+    where M = 32, K = 8
+    reference "A + B"
+{
+    grid (cdiv(M, BM)) as (m)
+    C[m*BM : +BM, :] = cast(A[m*BM : +BM, :], f32) + cast(B[m*BM : +BM, :], f32)
+}
+"""
+
+
+def rand(*shape, dtype=torch.float16, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def test_kernel_binds_dims_and_specializes_per_shape(tmp_path):
+    k = tkc.compile(MISS_V3, target="tilelang-cpu", cache_dir=str(tmp_path), BM=16, BN=32)
+    assert [p.name for p in k.inputs] == ["A", "B"] and [p.name for p in k.outputs] == ["C"]
+    for m, kk, n, r in ((40, 64, 48, 16), (17, 96, 33, 32)):
+        a, b = rand(m, kk, seed=m), rand(r, n, seed=n)
+        assert k.bind_dims([a, b]) == {"M": m, "K": kk, "R": r, "N": n}
+        out = k(a, b)
+        ref = check.reference(frontend(MISS_V3, {"M": m, "K": kk, "N": n, "R": r, "BM": 16, "BN": 32}), [a, b])[0]
+        assert out.shape == (m, n) and check.rel_error(out, ref) < 1e-2
+    assert len(k._built) == 2
+
+
+@pytest.mark.parametrize("args,message", [
+    (lambda: [rand(32, 64)], "`miss_v3` takes 2 inputs, got 1"),
+    (lambda: [rand(32, 64, dtype=torch.float32), rand(16, 8)], "`A` is f16, but the tensor is torch.float32"),
+    (lambda: [rand(32, 64, 1), rand(16, 8)], "`A` has rank 2, but the tensor has shape (32, 64, 1)"),
+])
+def test_bad_arguments_are_user_errors(tmp_path, args, message):
+    k = tkc.compile(MISS_V3, target="tilelang-cpu", cache_dir=str(tmp_path))
+    with pytest.raises(TkError) as info:
+        k(*args())
+    (d,) = info.value.diagnostics
+    assert d.message == message and d.loc.file == MISS_V3 and d.loc.line > 0
+
+
+def test_conflicting_dims(tmp_path):
+    path = tmp_path / "addk.tk"
+    path.write_text(SHARED_DIM)
+    k = tkc.compile(str(path), target="tilelang-cpu", cache_dir=str(tmp_path / "c"))
+    with pytest.raises(TkError) as info:
+        k(rand(32, 8), rand(32, 9))
+    assert info.value.diagnostics[0].message == "dim `K` is 8 in one input and 9 in `B`"
+    a, b = rand(20, 8, seed=1), rand(20, 8, seed=2)
+    out = k(a, b)
+    assert out.dtype == torch.float32 and torch.allclose(out, a.float() + b.float())
+
+
+def test_requires_checked_on_the_tensors_shapes(tmp_path):
+    k = tkc.compile(MISS_V3, target="tilelang-cpu", cache_dir=str(tmp_path))
+    with pytest.raises(TkError) as info:
+        k(rand(32, 100), rand(64, 16))
+    assert info.value.diagnostics[0].message == "requirement `K % R == 0` does not hold"
+
+
+@pytest.mark.parametrize("target", ["tir", "cuda-ish"])
+def test_only_launchable_targets(target):
+    with pytest.raises(TkError) as info:
+        tkc.compile(MISS_V3, target=target)
+    assert f"target `{target}` cannot be launched" in info.value.diagnostics[0].message
