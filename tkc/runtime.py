@@ -9,19 +9,13 @@ from __future__ import annotations
 
 import os
 
+from codegen import tilelang as tilelang_gpu
 from dsl.diagnostics import Loc, error
 from dsl.parser import parse
 from tkc import driver
 from tkc.cache import Cache
 
 TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i8": "int8", "i32": "int32"}
-
-
-# TileLang 0.1.15's automatic warp specialization (a TMA producer warpgroup added to pipelined
-# kernels on sm_90) miscompiles some partial tiles: seed 000 variant 2 at M=1, N=48, K=16, R=16
-# stored the same register for every column on an H200 (relative error 0.84; correct with it off,
-# 2026-11-21). Correctness first: it stays off until the backend can prove a tile is safe.
-GPU_PASS_CONFIGS = {"tl.disable_warp_specialized": True}
 
 
 def _tilelang(cache: Cache):
@@ -46,7 +40,7 @@ def build(artifact: driver.Artifact, cache: Cache):
         func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}")
         if artifact.target == "tilelang-cpu":
             return tilelang.compile(func, target="c", compile_flags=["-O2"])
-        return tilelang.compile(func, target="cuda", pass_configs=GPU_PASS_CONFIGS)
+        return tilelang.compile(func, target="cuda", pass_configs=tilelang_gpu.PASS_CONFIGS)
     except Exception as exc:  # TileLang rejected code we generated: a tkc bug, not a user error
         first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise BackendError(f"TileLang failed to compile `{artifact.module.func.attrs.get('sym_name')}` "
