@@ -32,6 +32,23 @@ _TRANSCENDENTAL = ("exp", "sqrt", "rsqrt", "silu")
 MMA_MIN = (16, 16, 16)
 
 
+def tl_expr(text: str) -> str:
+    """An IR index expression in TileLang syntax: floor division, T.min/T.max/T.ceildiv."""
+    return _tl(exprs.parse(text))
+
+
+def _tl(e: exprs.Expr, parent: int = 0, right: bool = False) -> str:
+    if isinstance(e, (exprs.Num, exprs.Sym)):
+        return exprs.to_str(e)
+    if isinstance(e, exprs.Call):
+        fn = {"cdiv": "T.ceildiv", "min": "T.min", "max": "T.max"}[e.fn]
+        return f"{fn}({', '.join(_tl(a) for a in e.args)})"
+    prec = exprs.PREC[e.op]
+    op = "//" if e.op == "/" else e.op
+    text = f"{_tl(e.a, prec)} {op} {_tl(e.b, prec, True)}"
+    return f"({text})" if prec < parent or (prec == parent and right) else text
+
+
 def emit(module: Module) -> str:
     """TileLang source for the GPU (`tilelang.compile(..., target="cuda")`)."""
     return _Emitter(module, cpu=False).run()
@@ -69,6 +86,8 @@ class _Emitter:
     def run(self) -> str:
         func = self.m.func
         kname = func.attrs.get("sym_name", "kernel")
+        if self.cpu:
+            self.check_cpu_dtypes()
         self.used |= {kname, *func.attrs.get("dims", {}), *func.attrs.get("consts", {}), "main"}
         for op in self.m.walk():
             if op.name == "tile.launch":
@@ -114,7 +133,7 @@ class _Emitter:
         return [exprs.to_str(d) for d in v.type.shape]
 
     def launch(self, op: Op) -> None:
-        grid = ", ".join(op.attrs["grid"])
+        grid = ", ".join(tl_expr(g) for g in op.attrs["grid"])
         threads = self.threads = exprs.evaluate(exprs.parse(op.attrs["threads"]), self.env)
         vars_ = ", ".join(op.attrs["vars"])
         extra = "" if self.cpu else f", threads={threads}"
@@ -125,16 +144,27 @@ class _Emitter:
                 self.check_fragment(a, threads)
         for a in allocs:  # TileLang declares every buffer at the top of the kernel
             t = a.result.type
-            kind = "local" if self.cpu else {"shared": "shared", "frag": "fragment", "local": "local"}[t.space]
+            # The C target runs one thread: every tile is local. On the GPU, `frag` and `local`
+            # tiles are both register tiles that TileLang lays out over the block's threads.
+            kind = "local" if self.cpu else {"shared": "shared", "frag": "fragment", "local": "fragment"}[t.space]
             self.line(2, f"{self.name(a.result)} = T.alloc_{kind}(({', '.join(self.dims(a.result))},), "
                       f"{TL_DTYPES[t.dtype]})")
         self.region(op.body.ops, 2)
+
+    def check_cpu_dtypes(self) -> None:
+        """TileLang's C target has no bf16 arithmetic: reject it at the first tile that uses it."""
+        func = self.m.func
+        for v, loc in [(a, func.loc) for a in func.body.args] + [(op.result, op.loc) for op in self.m.walk()
+                                                                 if op.name == "tile.alloc"]:
+            if v.type.dtype == "bf16":
+                raise error(loc, f"target `tilelang-cpu` cannot express bf16 tile `{v}` {v.type}",
+                            "use f16 or f32 on the CPU target, or compile with `--target tilelang` for the GPU")
 
     def check_fragment(self, alloc: Op, threads: int) -> None:
         """TileLang lays a fragment out over the block's threads: its element count must be a
         multiple of the thread count, or divide it (small tiles are replicated)."""
         t = alloc.result.type
-        if t.space != "frag":
+        if t.space not in ("frag", "local"):
             return
         n = 1
         for d in t.concrete_shape({}):
@@ -152,7 +182,7 @@ class _Emitter:
 
     # ---- ops --------------------------------------------------------------------------------
     def op_for(self, op: Op, depth: int) -> None:
-        lo, hi, var = op.attrs["lo"], op.attrs["hi"], op.attrs["var"]
+        lo, hi, var = tl_expr(op.attrs["lo"]), tl_expr(op.attrs["hi"]), op.attrs["var"]
         rng = hi if lo == "0" else f"{lo}, {hi}"
         kind = op.attrs["kind"]
         if kind == "pipelined" and not self.cpu:
@@ -211,7 +241,7 @@ class _Emitter:
         src, dst = op.operands
         load = src.type.space == "global"
         tensor, tile = (src, dst) if load else (dst, src)
-        offsets = op.attrs["src_offsets" if load else "dst_offsets"]
+        offsets = [tl_expr(o) for o in op.attrs["src_offsets" if load else "dst_offsets"]]
         checked = op.attrs.get("checked", [True] * tensor.type.rank)
         if not self.cpu:
             # On the GPU, T.copy converts dtypes and guards accesses past the tensor's edge.

@@ -4,10 +4,10 @@ Every user error in tkc (syntax, names, types, shapes, shared memory over budget
 target cannot express) is raised as :class:`TkError` carrying one or more :class:`Diagnostic`.
 The CLI renders them as::
 
-    examples/miss.tk:7:9: error: shape mismatch in `+=`: `S` is f32[64, 64], value is f16[64, 32]
-        S += A[m*BM : +BM, s*R : +32]
-            ^
-    note: the right-hand side must have the shape of `S`
+    examples/miss.tk:16:14: error: shape mismatch in `+=` on `S`: expected f32[16, 64], got f16[16, 32]
+            S += A[m*BM : +BM, s*R : +32]
+                 ^
+    note: symbolically: expected [BM, R], got [BM, 32]
 
 Internal compiler bugs are ordinary Python exceptions and are reported differently by the CLI.
 """
@@ -26,6 +26,8 @@ class Loc:
     col: int
 
     def __str__(self) -> str:
+        if self.line <= 0:  # the file as a whole (e.g. it cannot be read)
+            return self.file
         return f"{self.file}:{self.line}:{self.col}"
 
 

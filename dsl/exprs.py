@@ -41,7 +41,7 @@ class Call:
 
 Expr = Num | Sym | Bin | Call
 FUNCS = {"cdiv": 2, "min": 2, "max": 2}
-_PREC = {"==": 1, "!=": 1, "<": 1, "<=": 1, ">": 1, ">=": 1, "+": 2, "-": 2, "*": 3, "/": 3, "%": 3}
+PREC = {"==": 1, "!=": 1, "<": 1, "<=": 1, ">": 1, ">=": 1, "+": 2, "-": 2, "*": 3, "/": 3, "%": 3}
 
 
 class ExprError(ValueError):
@@ -56,7 +56,7 @@ def to_str(e: Expr, parent: int = 0, right: bool = False) -> str:
         return e.name
     if isinstance(e, Call):
         return f"{e.fn}({', '.join(to_str(a) for a in e.args)})"
-    p = _PREC[e.op]
+    p = PREC[e.op]
     text = f"{to_str(e.a, p)} {e.op} {to_str(e.b, p, True)}"
     if p < parent or (p == parent and right):
         return f"({text})"

@@ -31,9 +31,9 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
         bits = np.asarray(x, np.float32).view(np.uint32)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
         return bits.astype(np.uint32).view(np.float32)
-    if dtype in ("i8", "i32"):
+    if dtype in ("i8", "i32"):  # like C: truncate toward zero (saturate where C is undefined)
         info = np.iinfo(np_dtype(dtype))
-        return np.clip(np.rint(x), info.min, info.max).astype(np_dtype(dtype))
+        return np.clip(np.trunc(x), info.min, info.max).astype(np_dtype(dtype))
     return np.asarray(x).astype(np_dtype(dtype))
 
 

@@ -155,15 +155,15 @@ class _Lowerer(ExprLowerer):
         launch = O.LaunchOp(regions=[Region()], loc=g.loc,
                             attrs={"grid": extents, "vars": list(g.vars), "threads": exprs.to_str(threads)})
         self.emit(launch)
-        self.in_region(launch.body, g.vars, stmts[1:])
+        self.in_region(launch.body, g.vars, stmts[1:], g.loc)
 
-    def in_region(self, region: Region, index_vars, stmts) -> None:
+    def in_region(self, region: Region, index_vars, stmts, loc: Loc) -> None:
         outer = self.region
         self.region = region
-        self.scopes.append({v: v for v in index_vars})
         for v in index_vars:
-            if v in self.env or any(v in s for s in self.scopes[:-1]):
-                raise error(self.k.loc, f"index name `{v}` shadows another name")
+            if self.lookup(v) is not None:
+                raise error(loc, f"index name `{v}` shadows another name", "rename the grid or loop index")
+        self.scopes.append({v: v for v in index_vars})
         for s in stmts:
             self.stmt(s)
         self.scopes.pop()
@@ -200,7 +200,7 @@ class _Lowerer(ExprLowerer):
             raise error(s.loc, f"loop variable `{s.var}` shadows another name")
         loop = O.ForOp(regions=[Region()], attrs=attrs, loc=s.loc)
         self.emit(loop)
-        self.in_region(loop.body, [s.var], s.body)
+        self.in_region(loop.body, [s.var], s.body, s.loc)
 
     def tile_var(self, name: str, loc: Loc) -> Value | None:
         v = self.lookup(name)

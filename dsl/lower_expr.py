@@ -21,6 +21,16 @@ SPACE_CALLS = ("shared", "frag", "local")
 REDUCE_CALLS = {"sum": "sum", "amax": "max", "amin": "min"}
 
 
+def _number(e: A.Expr) -> float | None:
+    """The value of a numeric literal, possibly negated; None for anything else."""
+    if isinstance(e, (A.IntLit, A.FloatLit)):
+        return float(e.value)
+    if isinstance(e, A.Neg):
+        v = _number(e.operand)
+        return None if v is None else -v
+    return None
+
+
 class ExprLowerer:
     """Expression lowering; the host class provides env, lookup, temp, emit, tile_var, scopes."""
 
@@ -159,19 +169,23 @@ class ExprLowerer:
         if e.op not in BIN_OPS:
             raise error(e.loc, f"operator `{e.op}` is not defined on tiles")
         for lit, other, swap in ((e.rhs, e.lhs, False), (e.lhs, e.rhs, True)):
-            if isinstance(lit, (A.IntLit, A.FloatLit)):
+            value = _number(lit)
+            if value is not None:
                 if swap and e.op in ("-", "/"):
-                    raise error(e.loc, f"`number {e.op} tile` is not supported", f"write `tile {e.op} number` or use a tile on both sides")
-                x = self.tile(other)
-                return self.unary(BIN_OPS[e.op], x, e.loc, scalar=float(lit.value))
-        a, b = self.tile(e.lhs), self.tile(e.rhs)
+                    raise error(e.loc, f"`number {e.op} tile` is not supported",
+                                f"write `tile {e.op} number` or use a tile on both sides")
+                return self.unary(BIN_OPS[e.op], self.tile(other), e.loc, scalar=value)
+        return self.elementwise(BIN_OPS[e.op], self.tile(e.lhs), self.tile(e.rhs), e.loc, f"`{e.op}`")
+
+    def elementwise(self, fn: str, a: Value, b: Value, loc: Loc, what: str) -> Value:
+        """A fresh frag tile holding fn(a, b); dims of size 1 broadcast on either side."""
         sa, sb = (t.type.concrete_shape(self.env) for t in (a, b))
         if len(sa) != len(sb) or any(x != y and 1 not in (x, y) for x, y in zip(sa, sb)):
-            raise error(e.loc, f"shape mismatch in `{e.op}`: {a.type.dtype}{list(sa)} and {b.type.dtype}{list(sb)}",
+            raise error(loc, f"shape mismatch in {what}: {a.type.dtype}{list(sa)} and {b.type.dtype}{list(sb)}",
                         "operands must have equal shapes (dims of size 1 broadcast)")
         shape = tuple(da if x >= y else db for x, y, da, db in zip(sa, sb, a.type.shape, b.type.shape))
-        out = self.temp(TileType("frag", promote(a.type.dtype, b.type.dtype), shape), e.loc)
-        self.emit(O.ElementwiseOp(operands=[a, b, out], attrs={"fn": BIN_OPS[e.op]}, loc=e.loc))
+        out = self.temp(TileType("frag", promote(a.type.dtype, b.type.dtype), shape), loc)
+        self.emit(O.ElementwiseOp(operands=[a, b, out], attrs={"fn": fn}, loc=loc))
         return out
 
     def gemm_operands(self, e: A.BinOp) -> tuple[Value, Value]:
@@ -217,9 +231,9 @@ class ExprLowerer:
             t = self.type_arg(args[0])
             value = 0.0
             if fn == "full":
-                if not isinstance(args[1], (A.IntLit, A.FloatLit)):
+                value = _number(args[1])
+                if value is None:
                     raise error(args[1].loc, "`full` takes a number as its fill value")
-                value = float(args[1].value)
             v = self.temp(t, e.loc)
             self.emit(O.FillOp(operands=[v], attrs={"value": value}, loc=e.loc))
             return v
@@ -241,14 +255,11 @@ class ExprLowerer:
             return self.unary(UNARY_CALLS[fn], self.tile(args[0]), e.loc)
         if fn in ("max", "min"):
             want(2)
-            lit = args[1] if isinstance(args[1], (A.IntLit, A.FloatLit)) else None
-            if lit is not None:  # max(x, 0.0): elementwise with a scalar
-                return self.unary(fn, self.tile(args[0]), e.loc, scalar=float(lit.value))
-            a, b = self.tile(args[0]), self.tile(args[1])
-            self.check_shape(a.type, b.type, e.loc, f"`{fn}`", broadcast=True)
-            out = self.temp(TileType("frag", promote(a.type.dtype, b.type.dtype), a.type.shape), e.loc)
-            self.emit(O.ElementwiseOp(operands=[a, b, out], attrs={"fn": fn}, loc=e.loc))
-            return out
+            for i in (1, 0):  # max(x, 0.0) and max(0.0, x): elementwise with a scalar
+                value = _number(args[i])
+                if value is not None:
+                    return self.unary(fn, self.tile(args[1 - i]), e.loc, scalar=value)
+            return self.elementwise(fn, self.tile(args[0]), self.tile(args[1]), e.loc, f"`{fn}`")
         if fn in REDUCE_CALLS:
             want(2)
             x = self.tile(args[0])

@@ -78,7 +78,9 @@ class _Builder:
                     self._unique(k.dim_defaults, d.children[0], "dim default")
                     k.dim_defaults[str(d.children[0])] = (int(d.children[1]), self.loc(d))
             elif c.data == "requires_clause":
-                k.requires.append(self.expr(c.children[0]))
+                cond = self.expr(c.children[0])
+                cond.loc = self.loc(c.children[0])  # the whole condition, not its operator
+                k.requires.append(cond)
             elif k.reference is not None:
                 raise error(self.loc(c), "a kernel has one `reference`")
             else:

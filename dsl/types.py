@@ -1,8 +1,9 @@
 """IR types: element dtypes and tile/tensor types with a memory space.
 
 A type prints as its textual form: `global<f16[M, K]>` (a kernel argument in device memory),
-`shared<f16[64, 128]>` (shared memory of one block), `frag<f32[64, 64]>` (registers, a tensor-core
-fragment or per-thread tile), `local<f32[1, 64]>` (plain per-thread registers). Dims are index
+`shared<f16[64, 128]>` (shared memory of one block), `frag<f32[64, 64]>` (registers: TileLang lays
+the tile out over the block's threads), `local<f32[1, 64]>` (registers; TileLang's GPU backend
+treats it like `frag`, the C target holds every tile this way). Dims are index
 expressions: integers after the `tile` pass, names of problem dims and schedule constants before.
 """
 
@@ -15,7 +16,7 @@ from dsl import exprs
 # dtype name -> (bytes per element, numpy dtype name, torch dtype name)
 DTYPES: dict[str, tuple[int, str, str]] = {
     "f16": (2, "float16", "float16"),
-    "bf16": (2, "float32", "bfloat16"),  # numpy has no bf16: the interpreter rounds via torch
+    "bf16": (2, "float32", "bfloat16"),  # numpy has no bf16: the interpreter rounds f32 bits
     "f32": (4, "float32", "float32"),
     "f64": (8, "float64", "float64"),
     "i8": (1, "int8", "int8"),

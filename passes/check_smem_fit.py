@@ -4,7 +4,8 @@ Limits per block come from passes/targets.py (sm_90 232448 bytes with opt-in, sm
 sm_89 101376, `static` 49152 without opt-in). Over budget is a located error at the `grid`
 statement with one note per shared buffer (its bytes x stages and where it comes from) and a
 concrete fix: the largest stage count that fits, or how far the largest tile must shrink.
-Must run after `tile` (shapes must be concrete). The module is returned unchanged.
+Shapes are evaluated under the kernel's dims and constants, so it also runs before `tile`.
+The module is returned unchanged.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from passes.options import PIPELINE_LOC, options_from
 from passes.targets import DEFAULT_SM, SMEM_LIMITS
 
 
-def shared_buffers(launch: Op) -> list[tuple[Op, int, int]]:
-    """(alloc op, bytes of one copy, stages) of every shared tile in `launch`."""
+def shared_buffers(launch: Op, env: dict[str, int]) -> list[tuple[Op, int, int]]:
+    """(alloc op, bytes of one copy, stages) of every shared tile in `launch`; shapes are
+    evaluated under `env` (the kernel's dims and constants), so this works before `tile` too."""
     out = []
     for op in launch.walk():
         if op.name == "tile.alloc" and op.result.type.space == "shared":
-            out.append((op, op.result.type.nbytes({}), int(op.attrs.get("stages", 1))))
+            out.append((op, op.result.type.nbytes(env), int(op.attrs.get("stages", 1))))
     return out
 
 
@@ -48,7 +50,7 @@ class CheckSmemFitPass:
         for launch in module.func.body.ops:
             if launch.name != "tile.launch":
                 continue
-            bufs = shared_buffers(launch)
+            bufs = shared_buffers(launch, module.env)
             total = sum(b * s for _, b, s in bufs)
             if total <= limit:
                 continue
@@ -74,5 +76,7 @@ def _fix(bufs: list[tuple[Op, int, int]], limit: int) -> str:
     factor = 2
     while total - b * s + (b * s) // factor > limit and factor < 1 << 20:
         factor *= 2
-    return (f"fix: shrink the largest tile `{op.result}` {factor}x (halve its tile sizes, e.g. BN or BK), "
-            f"or use fewer stages")
+    dims = ", ".join(str(d) for d in op.result.type.shape)
+    more = " and use fewer stages" if staged else ""
+    return (f"fix: the largest tile `{op.result}` [{dims}] must shrink at least {factor}x to fit: use "
+            f"smaller tile extents for it (the schedule constants or dims that set them){more}")

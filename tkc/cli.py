@@ -27,11 +27,19 @@ def _define(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"`{name}` must be an integer, got `{value}`") from None
 
 
+class _ArgParser(argparse.ArgumentParser):
+    """Usage errors are user errors: exit status 1 (2 is reserved for internal errors)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(1, f"{self.prog}: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tkc", description="Compiler for the tkc tile kernel language.")
+    p = _ArgParser(prog="tkc", description="Compiler for the tkc tile kernel language.")
     p.add_argument("--cache-dir", help="cache directory (default: $TKC_CACHE_DIR or ~/.cache/tkc)")
     p.add_argument("--debug", action="store_true", help="print tracebacks of internal errors")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_ArgParser)
 
     c = sub.add_parser("compile", help="print or write the generated code")
     c.add_argument("file")
