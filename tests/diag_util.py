@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 HEAD = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): error: (?P<msg>.*)$")
+FILE_LEVEL = re.compile(r"^(?P<file>[^:]+): error: (?P<msg>.*)$")  # a whole file (it cannot be read)
 
 
 def position(text: str, needle: str, nth: int = 0) -> tuple[int, int]:

@@ -16,13 +16,19 @@ golden = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(golden)
 
 CASES = golden.cases()
+KNOWN_BUGS = golden.KNOWN_BUGS
 
 
 def _id(path: str) -> str:
     return os.path.relpath(path, os.path.join(HERE, "golden"))
 
 
-@pytest.mark.parametrize("path", CASES, ids=_id)
+def _case(path: str):
+    bug = KNOWN_BUGS.get(_id(path))
+    return pytest.param(path, id=_id(path), marks=[pytest.mark.xfail(reason=bug, strict=True)] if bug else [])
+
+
+@pytest.mark.parametrize("path", [_case(p) for p in CASES])
 def test_golden(path):
     want_path = golden.expected_path(path)
     assert os.path.exists(want_path), f"no {_id(want_path)}: run tests/golden/update.py and review it"

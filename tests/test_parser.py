@@ -101,11 +101,9 @@ def test_requires_is_an_expression(kernel):
     assert isinstance(cond.rhs, A.IntLit) and cond.rhs.value == 0
 
 
-@pytest.mark.xfail(reason="bug: a BinOp's loc is its operator token, not its first token as dsl/ast.py "
-                          "and dsl/parser.py document (so `requires` errors point at `==`)", strict=True)
-def test_binop_location_is_its_first_token(kernel):
+def test_requires_condition_location_is_its_first_token(kernel):
     (cond,) = kernel.requires
-    assert at(cond) == pos("M % BM")
+    assert at(cond) == pos("M % BM")  # so `requires` errors point at the condition, not at `==`
 
 
 @pytest.mark.parametrize("src,needle,message", [

@@ -78,6 +78,30 @@ def test_after_tile_everything_is_concrete():
             assert isinstance(op.attrs.get("checked"), list)
 
 
+@pytest.mark.xfail(reason="bug: the smem fix note prints the tile's shape as Python reprs "
+                          "(`[Num(value=64), Num(value=1024)]`) instead of `[64, 1024]`", strict=True)
+def test_smem_fix_note_prints_the_tile_shape():
+    module = lowered("miss_mtile", N=1024, R=64)
+    with pytest.raises(TkError) as info:
+        run_pipeline(module, parse_pipeline("tile,software-pipeline,check-smem-fit{target=sm_89}"))
+    fix = info.value.diagnostics[0].notes[-1]
+    assert "[64, 1024]" in fix and "Num(" not in fix
+
+
+def test_smem_check_before_tile_matches_after():
+    """check-smem-fit evaluates symbolic shapes under the kernel's constants: same verdict either way."""
+    for n, fits in ((1024, True), (4096, False)):
+        module = lowered("miss_row", N=n)
+        for spec in ("software-pipeline,check-smem-fit", "tile,software-pipeline,check-smem-fit"):
+            try:
+                run_pipeline(module, parse_pipeline(spec))
+                ok = True
+            except TkError as exc:
+                ok = False
+                assert "needs 524672 bytes" in exc.diagnostics[0].message
+            assert ok == fits, spec
+
+
 @pytest.mark.xfail(reason="bug: `tile{BM=32}` on an already tiled module records BM = 32 in `consts` while "
                           "every tile stays 64 (the binding is silently ignored; should re-tile or be an error)",
                    strict=True)
@@ -118,7 +142,7 @@ def test_smem_check_agrees_with_the_buffers_and_its_fix_works(bm, bn, r, stages,
     module = lowered("miss_v3", M=512, N=512, K=16 * r, R=r)
     staged = run_pipeline(module, parse_pipeline(f"tile{{BM={bm},BN={bn}}},software-pipeline{{stages={stages}}}"))
     (launch,) = [op for op in staged.func.body.ops if op.name == "tile.launch"]
-    total = sum(b * s for _, b, s in shared_buffers(launch))
+    total = sum(b * s for _, b, s in shared_buffers(launch, staged.env))
     check = parse_pipeline(f"check-smem-fit{{target={target}}}")
     limit = SMEM_LIMITS[target]
     if total <= limit:
@@ -131,7 +155,7 @@ def test_smem_check_agrees_with_the_buffers_and_its_fix_works(bm, bn, r, stages,
                          f"limit is {limit} on {target}")
     assert d.loc == launch.loc
     *buffers, fix = d.notes
-    assert len(buffers) == len(shared_buffers(launch))
+    assert len(buffers) == len(shared_buffers(launch, staged.env))
     m = re.fullmatch(r"fix: use at most (\d+) pipeline stages? \(e\.g\. `-D stages=\d+`\)", fix)
     if m:  # fewer stages fit, one more does not
         fits = int(m.group(1))
@@ -143,9 +167,9 @@ def test_smem_check_agrees_with_the_buffers_and_its_fix_works(bm, bn, r, stages,
             run_pipeline(module, parse_pipeline(f"tile{{BM={bm},BN={bn}}},software-pipeline{{stages={fits + 1}}},"
                                                 f"check-smem-fit{{target={target}}}"))
     else:
-        m = re.match(r"fix: shrink the largest tile `%(\S+)` (\d+)x ", fix)
+        m = re.match(r"fix: the largest tile `%(\S+)` \[.*?\] must shrink at least (\d+)x to fit", fix)
         assert m, fix
-        sizes = {op.result.name: b * s for op, b, s in shared_buffers(launch)}
+        sizes = {op.result.name: b * s for op, b, s in shared_buffers(launch, staged.env)}
         largest, factor = sizes[m.group(1)], int(m.group(2))
         assert largest == max(sizes.values())
         assert total - largest + largest // factor <= limit  # shrinking as told fits

@@ -27,6 +27,13 @@ from dsl.ir import print_module  # noqa: E402
 from passes.manager import parse_pipeline, run_pipeline  # noqa: E402
 from tkc import driver  # noqa: E402
 
+# Cases whose .expected holds the correct output, hand-written, while a known bug makes them fail
+# (test_golden.py marks them strict xfail; update.py leaves them alone unless named). Remove an
+# entry once its bug is fixed.
+KNOWN_BUGS = {
+    "check_smem_fit/mtile_sm89.tk": "bug: the smem fix note prints the tile shape as `[Num(value=64), ...]`",
+    "check_smem_fit/row_over_budget.tk": "bug: the smem fix note prints the tile shape as `[Num(value=64), ...]`",
+}
 _RUN = re.compile(r"^\s*(//|#)\s*RUN:\s*(.*?)\s*$")
 
 
@@ -74,6 +81,9 @@ def expected_path(path: str) -> str:
 def main(argv: list[str]) -> int:
     chosen = [os.path.abspath(a) for a in argv] or cases()
     for path in chosen:
+        if not argv and os.path.relpath(path, HERE) in KNOWN_BUGS:
+            print(f"kept {os.path.relpath(path, HERE)} (known bug: {KNOWN_BUGS[os.path.relpath(path, HERE)]})")
+            continue
         out = run_case(path)
         target = expected_path(path)
         old = open(target, encoding="utf-8").read() if os.path.exists(target) else None
