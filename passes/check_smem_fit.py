@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dsl import exprs
 from dsl.diagnostics import Diagnostic, TkError, error
 from dsl.ir import Module, Op
 from passes.options import PIPELINE_LOC, options_from
@@ -56,7 +57,7 @@ class CheckSmemFitPass:
                 continue
             notes = [f"`{op.result}` {op.result.type}: {b} bytes x {s} stage{'s' * (s != 1)} = {b * s} bytes "
                      f"(from {op.loc})" for op, b, s in sorted(bufs, key=lambda t: -t[1] * t[2])]
-            notes.append(_fix(bufs, limit))
+            notes.append(_fix(bufs, limit, module.env))
             diags.append(Diagnostic(launch.loc, f"kernel `{module.func.attrs.get('sym_name')}` needs {total} bytes "
                                     f"of shared memory per block; limit is {limit} on {self.target}", notes))
         if diags:
@@ -64,7 +65,7 @@ class CheckSmemFitPass:
         return module
 
 
-def _fix(bufs: list[tuple[Op, int, int]], limit: int) -> str:
+def _fix(bufs: list[tuple[Op, int, int]], limit: int, env: dict[str, int]) -> str:
     staged = [(op, b, s) for op, b, s in bufs if s > 1]
     fixed = sum(b * s for _, b, s in bufs if s == 1)
     per_stage = sum(b for _, b, _ in staged)
@@ -76,7 +77,10 @@ def _fix(bufs: list[tuple[Op, int, int]], limit: int) -> str:
     factor = 2
     while total - b * s + (b * s) // factor > limit and factor < 1 << 20:
         factor *= 2
-    dims = ", ".join(str(d) for d in op.result.type.shape)
-    more = " and use fewer stages" if staged else ""
+    dims = ", ".join(exprs.to_str(d) for d in op.result.type.shape)
+    values = ", ".join(str(n) for n in op.result.type.concrete_shape(env))
+    if values != dims:
+        dims = f"{dims}] = [{values}"
+    more = "; fewer pipeline stages also help" if staged else ""
     return (f"fix: the largest tile `{op.result}` [{dims}] must shrink at least {factor}x to fit: use "
             f"smaller tile extents for it (the schedule constants or dims that set them){more}")
