@@ -78,8 +78,6 @@ def test_after_tile_everything_is_concrete():
             assert isinstance(op.attrs.get("checked"), list)
 
 
-@pytest.mark.xfail(reason="bug: the smem fix note prints the tile's shape as Python reprs "
-                          "(`[Num(value=64), Num(value=1024)]`) instead of `[64, 1024]`", strict=True)
 def test_smem_fix_note_prints_the_tile_shape():
     module = lowered("miss_mtile", N=1024, R=64)
     with pytest.raises(TkError) as info:

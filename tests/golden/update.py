@@ -30,10 +30,7 @@ from tkc import driver  # noqa: E402
 # Cases whose .expected holds the correct output, hand-written, while a known bug makes them fail
 # (test_golden.py marks them strict xfail; update.py leaves them alone unless named). Remove an
 # entry once its bug is fixed.
-KNOWN_BUGS = {
-    "check_smem_fit/mtile_sm89.tk": "bug: the smem fix note prints the tile shape as `[Num(value=64), ...]`",
-    "check_smem_fit/row_over_budget.tk": "bug: the smem fix note prints the tile shape as `[Num(value=64), ...]`",
-}
+KNOWN_BUGS: dict[str, str] = {}
 _RUN = re.compile(r"^\s*(//|#)\s*RUN:\s*(.*?)\s*$")
 
 
