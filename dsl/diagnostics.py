@@ -48,8 +48,10 @@ class Diagnostic:
         lines = [head]
         text = _source_line(self.loc, sources or {})
         if text is not None:
-            lines.append("    " + text)
-            lines.append("    " + " " * max(self.loc.col - 1, 0) + "^")
+            # Keep the line's tabs in front of the caret so both expand to the same columns.
+            pad = "".join(c if c == "\t" else " " for c in text[: max(self.loc.col - 1, 0)])
+            lines.append("    " + text.expandtabs(4))
+            lines.append("    " + (pad + "^").expandtabs(4))
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -68,7 +70,7 @@ def _source_line(loc: Loc, sources: dict[str, str]) -> str | None:
     lines = text.splitlines()
     if loc.line > len(lines):
         return None
-    return lines[loc.line - 1].expandtabs(4)
+    return lines[loc.line - 1]
 
 
 class TkError(Exception):

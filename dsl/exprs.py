@@ -58,7 +58,7 @@ def to_str(e: Expr, parent: int = 0, right: bool = False) -> str:
         return f"{e.fn}({', '.join(to_str(a) for a in e.args)})"
     p = PREC[e.op]
     text = f"{to_str(e.a, p)} {e.op} {to_str(e.b, p, True)}"
-    if p < parent or (p == parent and right):
+    if p < parent or (p == parent and (right or p == PREC["=="])):
         return f"({text})"
     return text
 
@@ -174,6 +174,12 @@ def names(e: Expr) -> set[str]:
     return names(e.a) | names(e.b)
 
 
+def _divisors(lo: int, hi: int) -> list[int]:
+    """The divisors whose quotients bound x / y for y in [lo, hi] \\ {0}: the ends, and -1 and 1
+    when the range reaches past 0 (they give the largest magnitudes)."""
+    return [y for y in {lo, hi, -1, 1} if y != 0 and lo <= y <= hi]
+
+
 def bounds(e: Expr, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:
     """Inclusive [lo, hi] of `e` when each name ranges over `ranges` (interval arithmetic).
 
@@ -187,14 +193,18 @@ def bounds(e: Expr, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:
         return ranges[e.name]
     if isinstance(e, Call):
         (al, ah), (bl, bh) = bounds(e.args[0], ranges), bounds(e.args[1], ranges)
-        cands = [_apply(e.fn, x, y) for x in (al, ah) for y in (bl, bh) if y != 0 or e.fn != "cdiv"]
+        ys = _divisors(bl, bh) if e.fn == "cdiv" else (bl, bh)
+        cands = [_apply(e.fn, x, y) for x in (al, ah) for y in ys]
+        if not cands:
+            raise ExprError("division by zero in index expression")
         return min(cands), max(cands)
     (al, ah), (bl, bh) = bounds(e.a, ranges), bounds(e.b, ranges)
     if e.op in ("==", "!=", "<", "<=", ">", ">="):
         return 0, 1
     if e.op == "%":
         return (0, bh - 1) if bl > 0 else (min(al, 0), max(ah, 0))
-    cands = [_apply(e.op, x, y) for x in (al, ah) for y in (bl, bh) if y != 0 or e.op != "/"]
+    ys = _divisors(bl, bh) if e.op == "/" else (bl, bh)
+    cands = [_apply(e.op, x, y) for x in (al, ah) for y in ys]
     if not cands:
         raise ExprError("division by zero in index expression")
     return min(cands), max(cands)

@@ -71,6 +71,9 @@ class _Reader:
             return exprs.Sym(str(kids[0]))
         if t.data == "call":
             return exprs.Call(str(kids[0]), tuple(self.dim(k) for k in kids[1:]))
+        if t.data == "neg":
+            inner = self.dim(kids[0])
+            return exprs.Num(-inner.value) if isinstance(inner, exprs.Num) else exprs.Bin("-", exprs.Num(0), inner)
         return exprs.Bin(str(kids[1]), self.dim(kids[0]), self.dim(kids[2]))
 
     def attr(self, t):

@@ -40,16 +40,25 @@ def parse(source: str, filename: str = "<input>") -> A.Kernel:
                     "comments start with `#`; see docs/LANGUAGE.md for the syntax") from None
     except lark.exceptions.UnexpectedToken as exc:
         tok = exc.token
-        expected = sorted(_TOKEN_NAMES.get(t, f"`{t.lower()}`") for t in exc.expected)[:8]
-        what = "end of file" if tok.type == "$END" else f"`{tok}`"
-        line = tok.line if tok.type != "$END" else max(source.count("\n"), 1)
-        col = tok.column if tok.type != "$END" else 1
-        raise error(Loc(filename, line, col), f"syntax error: unexpected {what}",
+        # Closing brackets first (the usual culprit), then the rest alphabetically.
+        names = sorted(exc.expected, key=lambda t: (t not in ("RBRACE", "RPAR", "RSQB"), _TOKEN_NAMES.get(t, t)))
+        expected = [_TOKEN_NAMES.get(t, f"`{t.lower()}`") for t in names][:8]
+        if tok.type == "$END":
+            raise _eof(source, filename, expected) from None
+        raise error(Loc(filename, tok.line, tok.column), f"syntax error: unexpected `{tok}`",
                     f"expected {', '.join(expected)}") from None
     except lark.exceptions.UnexpectedEOF:
-        raise error(Loc(filename, max(source.count("\n"), 1), 1), "syntax error: unexpected end of file",
-                    "is a `}` missing?") from None
+        raise _eof(source, filename, []) from None
     return _Builder(filename).kernel(tree.children[0])
+
+
+def _eof(source: str, filename: str, expected: list[str]) -> TkError:
+    """A syntax error at the end of the last line (with or without a final newline)."""
+    lines = source.splitlines() or [""]
+    notes = [f"expected {', '.join(expected)}"] if expected else []
+    if not expected or "`}`" in expected:
+        notes.append("is a `}` missing?")
+    return error(Loc(filename, len(lines), len(lines[-1]) + 1), "syntax error: unexpected end of file", *notes)
 
 
 class _Builder:

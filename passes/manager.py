@@ -11,7 +11,7 @@ import copy
 import re
 from typing import Callable
 
-from dsl.diagnostics import Loc, error
+from dsl.diagnostics import Loc, TkError, error
 from dsl.ir import Module
 from dsl.verifier import verify
 from passes.check_smem_fit import CheckSmemFitPass
@@ -41,7 +41,13 @@ def parse_pipeline(spec: str) -> list:
             if not eq:
                 raise error(Loc("<pipeline>", 1, pos + 1), f"option `{item}` of `{name}` needs a value")
             options[key.strip()] = value.strip()
-        passes.append(PASSES[name].from_options(options))
+        try:
+            passes.append(PASSES[name].from_options(options))
+        except TkError as exc:  # locate option errors at their pass in the spec
+            for d in exc.diagnostics:
+                if d.loc.file == "<pipeline>":
+                    d.loc = Loc("<pipeline>", 1, pos + 1 + (len(m.group(0)) - len(m.group(0).lstrip())))
+            raise
         pos = m.end()
     return passes
 

@@ -4,7 +4,8 @@ After this pass every type and index expression is concrete except for grid and 
 `frag<f32[BM, R]>` becomes `frag<f32[64, 64]>`, `"m * BM"` becomes `"m * 64"`. Options override
 schedule constants (`tile{BM=32,BN=64}`); the kernel's `requires` conditions are re-checked with
 the new values (a tile size that must divide a dim and does not is a located error) and then
-dropped. Each global
+dropped. The function is marked `tiled`: a second `tile` is a no-op, and an error when it
+tries to bind sizes again. Each global
 access gets `checked`: per dim, whether some block's tile reaches past the tensor (a partial tile
 at the edge, or the zero-padded last shard when K % R != 0); backends guard only those dims.
 """
@@ -41,6 +42,11 @@ class TilePass:
 
     def run(self, module: Module) -> Module:
         func = module.func
+        if func.attrs.get("tiled"):
+            if self.bindings:
+                raise error(func.loc, "`tile` already ran on this module: its tile sizes are bound",
+                            "pass tile sizes to the first `tile` in the pipeline (or with `-D`)")
+            return module
         consts = dict(func.attrs.get("consts", {}))
         for key, value in self.bindings:
             if key not in consts:
@@ -51,6 +57,7 @@ class TilePass:
                 raise error(func.loc, f"tile size `{key}` must be positive, got {value}")
             consts[key] = value
         func.attrs["consts"] = consts
+        func.attrs["tiled"] = True
         env = module.env
         for op in func.body.ops:
             if op.name == "tile.require":

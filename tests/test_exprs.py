@@ -95,8 +95,6 @@ def test_print_parse_fixed_point(e):
     assert exprs.to_str(exprs.parse(text)) == text
 
 
-@pytest.mark.xfail(reason="bug: to_str prints `(a < b) < c` as `a < b < c`, which parse rejects "
-                          "(comparisons do not chain in dsl/expr.lark)", strict=True)
 def test_comparison_of_a_comparison_round_trips():
     e = Bin("<", Bin("<", Sym("a"), Sym("b")), Sym("c"))
     assert exprs.parse(exprs.to_str(e)) == e
@@ -190,9 +188,6 @@ def test_bounds_unknown_name():
         exprs.bounds(exprs.parse("q + 1"), {})
 
 
-@pytest.mark.xfail(reason="bug: bounds() drops the zero corner of a divisor range [0, 2] and returns "
-                          "(5, 5) for `x / y`, but y = 1 gives 10 (unsound; should widen or raise)",
-                   strict=True)
 @pytest.mark.parametrize("text", ["x / y", "cdiv(x, y)"])
 def test_bounds_with_divisor_range_through_zero(text):
     e = exprs.parse(text)

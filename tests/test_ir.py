@@ -112,8 +112,6 @@ def test_types_and_value_names_round_trip(space, dtype, shape, name):
     assert print_module(m) == text
 
 
-@pytest.mark.xfail(reason="bug: a type dim with a negative constant prints as `BM + (-32)`, which "
-                          "dsl/ir.lark cannot parse (tile sizes like `+(BM + -32)` in .tk source)", strict=True)
 def test_negative_constant_in_a_type_dim_round_trips():
     t = TileType("frag", "f16", (exprs.Bin("+", exprs.Sym("BM"), exprs.Num(-16)), exprs.Sym("K")))
     text = body(f"%x = tile.alloc() : {t} loc(\"k.tk\":4:9)")

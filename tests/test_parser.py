@@ -124,8 +124,6 @@ def test_parse_errors_are_located(src, needle, message):
     assert d.loc == Loc("x.tk", 1, src.index(needle) + 1)
 
 
-@pytest.mark.xfail(reason="bug: a kernel without `<...>` schedule constants (optional in grammar.lark) "
-                          "crashes the AST builder with ValueError (internal error)", strict=True)
 def test_kernel_without_schedule_constants():
     k = parse("kernel k(A: f16[M]) -> (C: f16[M]) where M = 4 { grid (M) as (m) C[m : +1] = A[m : +1] }", "x.tk")
     assert k.consts == {} and [p.name for p in k.inputs] == ["A"] and len(k.body) == 2

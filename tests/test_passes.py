@@ -100,9 +100,6 @@ def test_smem_check_before_tile_matches_after():
             assert ok == fits, spec
 
 
-@pytest.mark.xfail(reason="bug: `tile{BM=32}` on an already tiled module records BM = 32 in `consts` while "
-                          "every tile stays 64 (the binding is silently ignored; should re-tile or be an error)",
-                   strict=True)
 def test_tiling_twice_is_consistent_or_rejected():
     module = lowered("miss_v3")
     try:
