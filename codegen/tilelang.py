@@ -26,6 +26,15 @@ STR_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "fl
 # stored the same register for every column on an H200 (relative error 0.84; correct with it off,
 # 2026-11-21). Correctness first: it stays off until the backend can prove a tile is safe.
 PASS_CONFIGS = {"tl.disable_warp_specialized": True}
+# Device code placed before the kernel when it reads peer tiles: a generic pointer to the same
+# shared-memory object in block `rank` of the cluster (cooperative groups lowers it to `mapa`).
+PEER_PRELUDE = '''PEER_PRELUDE = r"""
+#include <cooperative_groups.h>
+__device__ __forceinline__ void* tkc_peer_ptr(void* p, int rank) {
+  return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned)rank);
+}
+"""
+'''
 _IDX = "ijkl"
 _TRANSCENDENTAL = ("exp", "sqrt", "rsqrt", "silu")
 # Smallest tile T.gemm takes on tensor cores (per dim M, N, K), TileLang 0.1.15 on sm_80/sm_90.
@@ -103,6 +112,7 @@ class _Emitter:
         self.line(0, f"# Build: {how}")
         self.line(0, "import tilelang.language as T")
         self.line(0, "")
+        self.prelude_at = len(self.lines)
         dims, consts = func.attrs.get("dims", {}), func.attrs.get("consts", {})
         self.line(0, "# problem dims (the kernel is specialized on them)")
         for k in sorted(dims):
@@ -137,7 +147,11 @@ class _Emitter:
         threads = self.threads = exprs.evaluate(exprs.parse(op.attrs["threads"]), self.env)
         vars_ = ", ".join(op.attrs["vars"])
         extra = "" if self.cpu else f", threads={threads}"
+        if "cluster" in op.attrs:
+            extra += self.cluster(op)
         self.line(1, f"with T.Kernel({grid}{extra}) as ({vars_},):")
+        for rank in op.attrs.get("ranks", []):
+            self.line(2, f"{rank} = T.block_rank_in_cluster()")
         allocs = [o for o in op.walk() if o.name == "tile.alloc"]
         if not self.cpu:
             for a in allocs:
@@ -150,6 +164,45 @@ class _Emitter:
             self.line(2, f"{self.name(a.result)} = T.alloc_{kind}(({', '.join(self.dims(a.result))},), "
                       f"{TL_DTYPES[t.dtype]})")
         self.region(op.body.ops, 2)
+
+    def cluster(self, op: Op) -> str:
+        """`T.Kernel` arguments for a thread-block cluster (TileLang 0.1.15: 1-d clusters, peer
+        tiles read through a `mapa` pointer from cooperative groups' `map_shared_rank`)."""
+        if self.cpu:
+            raise error(op.loc, "target `tilelang-cpu` cannot express thread-block clusters",
+                        "run the kernel with `--target interp` (the reference interpreter simulates the "
+                        "ranks) or on a GPU with `--target tilelang`")
+        if len(op.attrs["cluster"]) != 1:
+            raise error(op.loc, "the TileLang backend expresses 1-d clusters only",
+                        "use a 1-d grid and cluster, e.g. `grid (B) as (b) cluster (2) as (r)`")
+        dims = f", cluster_dims={tl_expr(op.attrs['cluster'][0])}"
+        if not any(o.name == "tile.peer_copy" for o in op.walk()):
+            return dims
+        self.lines.insert(self.prelude_at, PEER_PRELUDE)
+        return dims + ", prelude=PEER_PRELUDE"
+
+    def op_cluster_barrier(self, op: Op, depth: int) -> None:
+        self.line(depth, "T.cluster_sync()")
+
+    def op_peer_copy(self, op: Op, depth: int) -> None:
+        src, dst = op.operands
+        rank = tl_expr(op.attrs["rank"][0])
+        peer = self.indices_named(f"{self.name(src)}_peer")
+        zero = ", ".join("0" for _ in src.type.shape)
+        self.line(depth, f"{peer} = T.make_tensor_from_addr(T.call_extern(\"handle\", \"tkc_peer_ptr\", "
+                  f"T.access_ptr({self.name(src)}[{zero}], \"r\"), {rank}), ({', '.join(self.dims(src))},), "
+                  f"{TL_DTYPES[src.type.dtype]})")
+        idx, d = self.loop_nest(self.dims(dst), depth)
+        value = self.cast(f"{peer}[{', '.join(idx)}]", src.type.dtype, dst.type.dtype)
+        self.line(d, f"{self.at(dst, idx)} = {value}")
+
+    def indices_named(self, base: str) -> str:
+        name, i = base, 0
+        while name in self.used:
+            i += 1
+            name = f"{base}_{i}"
+        self.used.add(name)
+        return name
 
     def check_cpu_dtypes(self) -> None:
         """TileLang's C target has no bf16 arithmetic: reject it at the first tile that uses it."""

@@ -70,9 +70,29 @@ Expr = IntLit | FloatLit | Name | Call | BinOp | Neg | Index
 # ---- statements -----------------------------------------------------------------------------
 @dataclass
 class Grid(Node):
+    """`grid (extents) as (vars) [cluster (extents) as (ranks)] [threads(n)]`."""
+
     extents: list[Expr]
     vars: list[str]
     threads: Expr | None
+    cluster: list[Expr] = field(default_factory=list)
+    ranks: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Sync(Node):
+    """`sync cluster`: a barrier of every block of the cluster."""
+
+    scope: str
+
+
+@dataclass
+class If(Node):
+    """`if cond { ... } else { ... }` on dims and schedule constants, resolved at compile time."""
+
+    cond: Expr
+    then: list["Stmt"]
+    orelse: list["Stmt"]
 
 
 @dataclass
@@ -106,7 +126,7 @@ class For(Node):
     body: list["Stmt"]
 
 
-Stmt = Grid | Assign | AugAssign | Store | For
+Stmt = Grid | Assign | AugAssign | Store | For | Sync | If
 
 
 # ---- kernel ---------------------------------------------------------------------------------

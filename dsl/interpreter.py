@@ -86,11 +86,60 @@ def run(module: Module, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {a.name: arrays[id(a)] for i, a in enumerate(args) if i in outs}
 
 
+class RaceError(ValueError):
+    """Blocks of a cluster touch a shared tile in an order no barrier fixes (a data race)."""
+
+
 def _launch(op: Op, env: dict[str, int], arrays: dict[int, np.ndarray]) -> None:
+    """Run every block; the blocks of a cluster run in lockstep between cluster barriers, in
+    rank order within a phase, and peer accesses that race are reported (RaceError)."""
     extents = [exprs.evaluate(exprs.parse(g), env) for g in op.attrs["grid"]]
-    for point in itertools.product(*(range(n) for n in extents)):
-        scope = {**env, **dict(zip(op.attrs["vars"], point))}
-        _Block(arrays, scope).region(op.body.ops)
+    csize = [exprs.evaluate(exprs.parse(c), env) for c in op.attrs.get("cluster", ["1"] * len(extents))]
+    ranks = op.attrs.get("ranks", [])
+    if any(n % c for n, c in zip(extents, csize)):
+        raise ValueError(f"grid {extents} does not divide into clusters of {csize}")
+    for cluster in itertools.product(*(range(n // c) for n, c in zip(extents, csize))):
+        blocks = {}
+        for rank in itertools.product(*(range(c) for c in csize)):
+            point = [k * c + q for k, c, q in zip(cluster, csize, rank)]
+            scope = {**env, **dict(zip(op.attrs["vars"], point)), **dict(zip(ranks, rank))}
+            blocks[rank] = _Block(arrays, scope)
+        _run_cluster(op, blocks)
+
+
+def _run_cluster(op: Op, blocks: dict[tuple, "_Block"]) -> None:
+    """Step the blocks' generators from barrier to barrier; check every phase for races."""
+    for b in blocks.values():
+        b.cluster = blocks
+    running = {rank: b.region(op.body.ops) for rank, b in blocks.items()}
+    phase = 0
+    while running:
+        arrived, done = [], []
+        for rank, gen in running.items():
+            blocks[rank].phase = phase
+            try:
+                next(gen)
+                arrived.append(rank)
+            except StopIteration:
+                done.append(rank)
+        if arrived and done:
+            raise ValueError(f"cluster barrier reached by ranks {arrived} but not by {done}: the blocks "
+                             "of a cluster must pass the same barriers")
+        _check_races(blocks, phase, final=not arrived)
+        running = {r: running[r] for r in arrived}
+        phase += 1
+
+
+def _check_races(blocks: dict[tuple, "_Block"], phase: int, final: bool) -> None:
+    for reader in blocks.values():
+        for (owner, buf), loc in reader.remote_reads.get(phase, {}).items():
+            wrote = blocks[owner].local_writes.get(phase, {}).get(buf)
+            if wrote is not None:
+                raise RaceError(f"race: {loc}: a block reads its peer's shared tile `{buf}` while the peer "
+                                f"writes it at {wrote} with no cluster barrier in between")
+            if final:
+                raise RaceError(f"race: {loc}: a block reads its peer's shared tile `{buf}` after the last "
+                                "cluster barrier; the peer may exit and free its shared memory first")
 
 
 class _Block:
@@ -99,13 +148,41 @@ class _Block:
     def __init__(self, globals_: dict[int, np.ndarray], scope: dict[str, int]):
         self.arrays = dict(globals_)
         self.scope = scope
+        self.cluster: dict[tuple, "_Block"] = {}
+        self.phase = 0
+        # per phase: shared tiles written by this block / read remotely ((owner rank, name) -> loc)
+        self.local_writes: dict[int, dict[str, str]] = {}
+        self.remote_reads: dict[int, dict[tuple, str]] = {}
 
     def val(self, text: str) -> int:
         return exprs.evaluate(exprs.parse(text), self.scope)
 
-    def region(self, ops: list[Op]) -> None:
+    def region(self, ops: list[Op]):
+        """Execute `ops`; a generator that yields at every cluster barrier."""
         for op in ops:
-            getattr(self, "op_" + op.name.split(".")[1])(op)
+            kind = op.name.split(".")[1]
+            if kind == "for":
+                yield from self.op_for(op)
+            elif kind == "cluster_barrier":
+                yield
+            else:
+                getattr(self, "op_" + kind)(op)
+                out = op.operands[-1] if op.operands else None
+                if out is not None and out.type.space == "shared" and kind != "peer_copy" or (
+                        kind == "peer_copy" and op.operands[1].type.space == "shared"):
+                    self.local_writes.setdefault(self.phase, {}).setdefault(op.operands[-1].name, str(op.loc))
+
+    def op_peer_copy(self, op: Op) -> None:
+        src, dst = op.operands
+        rank = tuple(self.val(r) for r in op.attrs["rank"])
+        peer = self.cluster.get(rank)
+        if peer is None:
+            raise ValueError(f"{op.loc}: peer rank {list(rank)} is outside the cluster")
+        self.remote_reads.setdefault(self.phase, {}).setdefault((rank, src.name), str(op.loc))
+        if id(src) not in peer.arrays:  # the peer has not even allocated it in this phase
+            raise RaceError(f"race: {op.loc}: a block reads its peer's shared tile `{src.name}` before the "
+                            "peer writes it, with no cluster barrier in between")
+        self.arrays[id(dst)][...] = round_to(peer.arrays[id(src)], dst.type.dtype)
 
     def op_alloc(self, op: Op) -> None:
         v = op.result
@@ -179,10 +256,10 @@ class _Block:
         prod = self.arrays[id(a)].astype(ct) @ self.arrays[id(b)].astype(ct)
         self.arrays[id(acc)][...] = round_to(self.arrays[id(acc)].astype(ct) + prod, acc.type.dtype)
 
-    def op_for(self, op: Op) -> None:
+    def op_for(self, op: Op):
         var = op.attrs["var"]
         lo, hi = self.val(op.attrs["lo"]), self.val(op.attrs["hi"])
         for i in range(lo, hi):
             self.scope[var] = i
-            self.region(op.body.ops)
+            yield from self.region(op.body.ops)
         self.scope.pop(var, None)

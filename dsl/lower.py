@@ -37,6 +37,7 @@ class _Lowerer(ExprLowerer):
         self.fresh: set[int] = set()  # ids of values created by the expression being lowered
         self.counter = 0
         self.region: Region | None = None
+        self.cluster = 0
 
     # ---- environment ------------------------------------------------------------------------
     def run(self) -> Module:
@@ -68,10 +69,12 @@ class _Lowerer(ExprLowerer):
                 raise error(loc, f"dim `{name}` has no value",
                             f"add a default (`where {name} = 1024`) or pass `-D {name}=...`")
         self.consts = {n: self.overrides.get(n, v) for n, (v, _) in k.consts.items()}
-        for name, v in {**self.dims, **self.consts}.items():
+        for name, v in self.dims.items():
             if v <= 0:
-                loc = k.consts[name][1] if name in k.consts else dims_used[name]
-                raise error(loc, f"`{name}` must be positive, got {v}")
+                raise error(dims_used[name], f"dim `{name}` must be positive, got {v}")
+        for name, v in self.consts.items():
+            if v < 0:  # 0 is a valid switch value (STAGE=0); tile extents are checked where used
+                raise error(k.consts[name][1], f"schedule constant `{name}` must not be negative, got {v}")
         self.env = {**self.dims, **self.consts}
 
         body = Region()
@@ -154,8 +157,17 @@ class _Lowerer(ExprLowerer):
             threads = exprs.Sym("threads") if "threads" in self.consts else exprs.Num(128)
         launch = O.LaunchOp(regions=[Region()], loc=g.loc,
                             attrs={"grid": extents, "vars": list(g.vars), "threads": exprs.to_str(threads)})
+        if g.cluster or g.ranks:
+            if len(g.cluster) != len(g.extents) or len(g.ranks) != len(g.cluster):
+                raise error(g.loc, f"the cluster has {len(g.cluster)} extents and {len(g.ranks)} rank names "
+                            f"for a {len(g.extents)}-d grid",
+                            "give one cluster extent and one rank name per grid dimension, e.g. "
+                            "`grid (B) as (b) cluster (2) as (r)`")
+            launch.attrs["cluster"] = [exprs.to_str(self.index(e, allow_vars=False)) for e in g.cluster]
+            launch.attrs["ranks"] = list(g.ranks)
         self.emit(launch)
-        self.in_region(launch.body, g.vars, stmts[1:], g.loc)
+        self.cluster = len(g.cluster)  # number of cluster dims (0: no cluster)
+        self.in_region(launch.body, list(g.vars) + list(g.ranks), stmts[1:], g.loc)
 
     def in_region(self, region: Region, index_vars, stmts, loc: Loc) -> None:
         outer = self.region
@@ -175,6 +187,21 @@ class _Lowerer(ExprLowerer):
             raise error(s.loc, "a kernel has one `grid` statement")
         if isinstance(s, A.For):
             return self.for_stmt(s)
+        if isinstance(s, A.Sync):
+            if s.scope != "cluster":
+                raise error(s.loc, f"unknown barrier `sync {s.scope}`", "write `sync cluster`")
+            if not self.cluster:
+                raise error(s.loc, "`sync cluster` needs a grid with a `cluster`",
+                            "declare one: `grid (B) as (b) cluster (2) as (r)`")
+            return self.emit(O.ClusterBarrierOp(loc=s.loc))
+        if isinstance(s, A.If):
+            cond = self.index(s.cond, allow_vars=False)
+            branch = s.then if exprs.evaluate(cond, self.env) else s.orelse
+            self.scopes.append({})  # names bound in a branch stay in it
+            for inner in branch:
+                self.stmt(inner)
+            self.scopes.pop()
+            return None
         if isinstance(s, A.Assign):
             return self.assign(s)
         if isinstance(s, A.AugAssign):

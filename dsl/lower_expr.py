@@ -250,6 +250,8 @@ class ExprLowerer:
         if fn == "cast":
             want(2)
             return self.cast(e, "frag")
+        if fn == "peer":
+            return self.peer(e)
         if fn in UNARY_CALLS:
             want(1)
             return self.unary(UNARY_CALLS[fn], self.tile(args[0]), e.loc)
@@ -271,8 +273,29 @@ class ExprLowerer:
             out = self.temp(TileType("frag", dtype, shape), e.loc)
             self.emit(O.ReduceOp(operands=[x, out], attrs={"fn": REDUCE_CALLS[fn], "axis": axis}, loc=e.loc))
             return out
-        known = ["zeros", "full", "cast", *SPACE_CALLS, *UNARY_CALLS, "max", "min", *REDUCE_CALLS]
+        known = ["zeros", "full", "cast", *SPACE_CALLS, *UNARY_CALLS, "max", "min", *REDUCE_CALLS, "peer"]
         raise error(e.loc, f"unknown function `{fn}`", f"tile functions: {', '.join(known)}")
+
+    def peer(self, e: A.Call) -> Value:
+        """`peer(S, rank...)`: the cluster peer of rank `rank` (one per cluster dim) holds its own
+        instance of shared tile `S`; read it into a fresh register tile."""
+        if not self.cluster:
+            raise error(e.loc, "`peer` needs a grid with a `cluster`",
+                        "declare one: `grid (B) as (b) cluster (2) as (r)`")
+        if len(e.args) < 2 or not isinstance(e.args[0], A.Name):
+            raise error(e.loc, "`peer` takes a shared tile variable and a rank per cluster dimension",
+                        "e.g. `peer(S, (r + 1) % 2)`")
+        src = self.tile(e.args[0])
+        if src.type.space != "shared":
+            raise error(e.args[0].loc, f"`peer` reads a shared tile; `{e.args[0].id}` is {src.type}",
+                        f"make it shared: `{e.args[0].id} = shared(...)`")
+        if len(e.args) - 1 != self.cluster:
+            raise error(e.loc, f"`peer` needs {self.cluster} rank{'s' * (self.cluster != 1)} (one per cluster "
+                        f"dimension), got {len(e.args) - 1}")
+        ranks = [exprs.to_str(self.index(a)) for a in e.args[1:]]
+        out = self.temp(src.type.with_space("frag"), e.loc)
+        self.emit(O.PeerCopyOp(operands=[src, out], attrs={"rank": ranks}, loc=e.loc))
+        return out
 
     def cast(self, e: A.Call, space: str) -> Value:
         x, dtype = self.tile(e.args[0]), self.dtype_arg(e.args[1])

@@ -63,17 +63,24 @@ class LaunchOp(Op):
     """The launch grid: one instance of the region per tile program (thread block).
 
     Attributes: `grid` (list of extents), `vars` (the block index names, one per extent),
-    `threads` (threads per block). Example:
-    `tile.launch() {grid = ["cdiv(M, BM)"], threads = "128", vars = ["m"]} loc(...) { ... }`
+    `threads` (threads per block). Optional `cluster` (extents of a thread-block cluster, one per
+    grid dim) and `ranks` (names bound to the block's rank in its cluster per dim: var % extent);
+    blocks of a cluster can read each other's shared tiles (`tile.peer_copy`) and wait for each
+    other (`tile.cluster_barrier`). Example:
+    `tile.launch() {cluster = ["2"], grid = ["B"], ranks = ["r"], threads = "512", vars = ["b"]}`
     """
 
     name = "tile.launch"
 
     def verify(self, fail, env):
-        if len(self.attrs.get("grid", [])) != len(self.attrs.get("vars", [])):
+        grid = self.attrs.get("grid", [])
+        if len(grid) != len(self.attrs.get("vars", [])):
             fail("`grid` and `vars` must have the same length")
-        if not 1 <= len(self.attrs.get("grid", [])) <= 3:
+        if not 1 <= len(grid) <= 3:
             fail("the grid must have 1 to 3 dimensions")
+        if "cluster" in self.attrs or "ranks" in self.attrs:
+            if not len(self.attrs.get("cluster", [])) == len(self.attrs.get("ranks", [])) == len(grid):
+                fail("`cluster` and `ranks` need one entry per grid dimension")
 
 
 class AllocOp(Op):
@@ -229,6 +236,42 @@ class GemmOp(Op):
             fail(f"gemm shapes do not agree: {a.type} @ {b.type} -> {acc.type}")
 
 
+class PeerCopyOp(Op):
+    """Copy the instance of shared tile `src` owned by the block of cluster rank `rank` into `dst`.
+
+    `rank` is an index expression (one per cluster dim, as a list) over the names in scope.
+    The peer's tile is read as it is at that moment: a cluster barrier must separate the read
+    from the peer's writes of the tile before it and after it (`map-dsmem` inserts them and sets
+    `dsmem = true`: the access goes through distributed shared memory). Example:
+    `tile.peer_copy(%S, %p) {rank = ["(r + 1) % 2"]} loc(...)`
+    """
+
+    name = "tile.peer_copy"
+
+    def verify(self, fail, env):
+        if len(self.operands) != 2:
+            fail("`tile.peer_copy` takes a shared source and a destination")
+            return
+        src, dst = self.operands
+        if src.type.space != "shared":
+            fail(f"`tile.peer_copy` reads a peer's shared tile; `{src}` is {src.type}")
+        if dst.type.space == "global":
+            fail("`tile.peer_copy` writes a tile buffer, not a global tensor")
+        if src.type.concrete_shape(env) != dst.type.concrete_shape(env):
+            fail(f"shape mismatch: `{src}` is {src.type}, `{dst}` is {dst.type}")
+
+
+class ClusterBarrierOp(Op):
+    """Every thread of every block of the cluster arrives and waits (barrier.cluster).
+
+    Orders shared-memory writes before it with peer reads after it, and peer reads before it
+    with writes after it. `map-dsmem` inserts the barriers a program needs (`inserted = true`).
+    Example: `tile.cluster_barrier() loc(...)`
+    """
+
+    name = "tile.cluster_barrier"
+
+
 class ForOp(Op):
     """A loop `for var in [lo, hi)`; `kind` is serial, unroll or pipelined.
 
@@ -251,11 +294,11 @@ class ForOp(Op):
 OPS: dict[str, type[Op]] = {
     cls.name: cls
     for cls in (FuncOp, RequireOp, LaunchOp, AllocOp, FillOp, CopyOp, ElementwiseOp, ReduceOp,
-                GemmOp, ForOp)
+                GemmOp, ForOp, PeerCopyOp, ClusterBarrierOp)
 }
 
 # Attributes that hold index expressions (strings), checked for names in scope by the verifier.
-EXPR_ATTRS = ("cond", "grid", "threads", "src_offsets", "dst_offsets", "lo", "hi", "stages")
+EXPR_ATTRS = ("cond", "grid", "threads", "src_offsets", "dst_offsets", "lo", "hi", "stages", "cluster", "rank")
 
 
 def expr_attrs(op: Op):

@@ -112,15 +112,19 @@ class _Builder:
     def stmt(self, t) -> A.Stmt:
         kind, kids, loc = t.data, t.children, self.loc(t)
         if kind == "grid_stmt":
-            threads = None
-            if kids and isinstance(kids[-1], lark.Tree) and kids[-1].data == "threads":
-                threads = self.expr(kids[-1].children[0])
-                kids = kids[:-1]
-            elif kids and kids[-1] is None:
-                kids = kids[:-1]
-            extents = [self.expr(k) for k in kids if isinstance(k, lark.Tree) or k.type != "NAME"]
-            names = [str(k) for k in kids if isinstance(k, lark.Token) and k.type == "NAME"]
-            return A.Grid(loc, extents, names, threads)
+            extents, names, cluster, threads = kids
+            grid = A.Grid(loc, [self.expr(e) for e in extents.children], [str(n) for n in names.children],
+                          self.expr(threads.children[0]) if threads is not None else None)
+            if cluster is not None:
+                grid.cluster = [self.expr(e) for e in cluster.children[0].children]
+                grid.ranks = [str(n) for n in cluster.children[1].children]
+            return grid
+        if kind == "sync_stmt":
+            return A.Sync(loc, str(kids[0]))
+        if kind == "if_stmt":
+            cond, then, orelse = kids
+            return A.If(loc, self.expr(cond), [self.stmt(s) for s in then.children],
+                        [self.stmt(s) for s in orelse.children] if orelse is not None else [])
         if kind == "assign":
             return A.Assign(loc, str(kids[0]), self.expr(kids[1]))
         if kind == "augassign":

@@ -26,7 +26,7 @@ def verify(module: Module, stage: str = "") -> None:
     env = module.env
     suffix = f" ({stage})" if stage else ""
 
-    def check(op: Op, parent: str | None, values: set, names: set[str]) -> None:
+    def check(op: Op, parent: str | None, values: set, names: set[str], cluster: bool = False) -> None:
         def fail(msg: str, *notes: str) -> None:
             diags.append(Diagnostic(op.loc, f"invalid IR: {msg}{suffix}", list(notes)))
 
@@ -36,6 +36,10 @@ def verify(module: Module, stage: str = "") -> None:
         allowed = _PARENTS.get(op.name, _IN_KERNEL)
         if parent not in allowed:
             fail(f"`{op.name}` cannot appear inside `{parent or 'the top level'}`")
+        if op.name in ("tile.peer_copy", "tile.cluster_barrier") and not cluster:
+            fail(f"`{op.name}` needs a grid with a `cluster`")
+        if op.name == "tile.launch":
+            cluster = "cluster" in op.attrs
         for v in op.operands:
             if id(v) not in values:
                 fail(f"operand `{v}` is used before it is defined or outside its scope")
@@ -51,13 +55,13 @@ def verify(module: Module, stage: str = "") -> None:
             values.add(id(r))
         inner_names = set(names)
         if op.name == "tile.launch":
-            inner_names |= set(op.attrs.get("vars", []))
+            inner_names |= set(op.attrs.get("vars", [])) | set(op.attrs.get("ranks", []))
         if op.name == "tile.for":
             inner_names.add(op.attrs.get("var", ""))
         for region in op.regions:
             inner = set(values) | {id(a) for a in region.args}
             for child in region.ops:
-                check(child, op.name, inner, inner_names)
+                check(child, op.name, inner, inner_names, cluster)
 
     check(module.func, None, set(), set(env))
     _check_unique_names(module, diags, suffix)

@@ -56,7 +56,8 @@ class CheckSmemFitPass:
             if total <= limit:
                 continue
             notes = [f"`{op.result}` {op.result.type}: {b} bytes x {s} stage{'s' * (s != 1)} = {b * s} bytes "
-                     f"(from {op.loc})" for op, b, s in sorted(bufs, key=lambda t: -t[1] * t[2])]
+                     f"{'(read by peers through DSMEM) ' if op.attrs.get('dsmem') else ''}(from {op.loc})"
+                     for op, b, s in sorted(bufs, key=lambda t: -t[1] * t[2])]
             notes.append(_fix(bufs, limit, module.env))
             diags.append(Diagnostic(launch.loc, f"kernel `{module.func.attrs.get('sym_name')}` needs {total} bytes "
                                     f"of shared memory per block; limit is {limit} on {self.target}", notes))

@@ -15,10 +15,11 @@ from dsl.diagnostics import Loc, TkError, error
 from dsl.ir import Module
 from dsl.verifier import verify
 from passes.check_smem_fit import CheckSmemFitPass
+from passes.map_dsmem import MapDsmemPass
 from passes.software_pipeline import SoftwarePipelinePass
 from passes.tile import TilePass
 
-PASSES = {cls.name: cls for cls in (TilePass, SoftwarePipelinePass, CheckSmemFitPass)}
+PASSES = {cls.name: cls for cls in (TilePass, SoftwarePipelinePass, MapDsmemPass, CheckSmemFitPass)}
 _ITEM = re.compile(r"\s*([a-z][a-z0-9-]*)\s*(\{([^{}]*)\})?\s*(,|$)")
 
 

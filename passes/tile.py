@@ -95,6 +95,8 @@ def _bind(op: Op, env: dict[str, int], ranges: dict[str, tuple[int, int]]) -> No
             if n <= 0:
                 raise error(op.loc, f"grid extent `{extent}` for `{var}` is {n}; it must be positive")
             inner[var] = (0, n - 1)
+        for rank, extent in zip(op.attrs.get("ranks", []), op.attrs.get("cluster", [])):
+            inner[rank] = (0, exprs.evaluate(exprs.parse(extent), {}) - 1)
     if op.name == "tile.for":
         lo = exprs.bounds(exprs.parse(op.attrs["lo"]), ranges)[0]
         hi = exprs.bounds(exprs.parse(op.attrs["hi"]), ranges)[1]

@@ -233,15 +233,31 @@ def test_unknown_define(capsys):
                    notes=["known names: BM, BN, K, M, N, R, ..."])
 
 
-def test_define_must_be_positive(capsys):
+def test_tile_size_zero_is_reported_where_it_sets_an_extent(capsys):
     path, src = example("miss_v3")
     rc, _, err = cli(capsys, "opt", path, "-D", "BM=0")
     assert rc == 1
-    check_rendered(err, path, *position(src, "BM="), "`BM` must be positive, got 0", source=src, notes=[])
+    check_rendered(err, path, *position(src, "BM, R]"), "tile extent `BM` is 0; it must be positive",
+                   source=src, notes=[])
+
+
+def test_negative_schedule_constant(capsys):
+    path, src = example("miss_v3")
+    rc, _, err = cli(capsys, "opt", path, "-D", "stages=-1")
+    assert rc == 1
+    check_rendered(err, path, *position(src, "stages="), "schedule constant `stages` must not be negative, got -1",
+                   source=src, notes=[])
+
+
+def test_dim_must_be_positive(capsys):
+    path, src = example("miss_v3")
+    rc, _, err = cli(capsys, "opt", path, "-D", "M=0")
+    assert rc == 1
+    assert err.startswith(f"{path}:") and "dim `M` must be positive, got 0" in err.splitlines()[0]
 
 
 @pytest.mark.parametrize("pipeline,col,message,notes", [
-    ("tile,frob", 6, "unknown pass `frob`", ["known passes: check-smem-fit, software-pipeline, tile..."]),
+    ("tile,frob", 6, "unknown pass `frob`", ["known passes: check-smem-fit, map-dsmem, software-pipeline, tile..."]),
     ("software-pipeline{foo=1}", 1, "unknown option `foo` for pass `software-pipeline`", ["options: stages"]),
     ("software-pipeline{stages=x}", 1, "option `stages` of `software-pipeline` must be an integer, got `x`", []),
     ("tile{BM=x}", 1, "tile size `BM` must be an integer, got `x`", []),

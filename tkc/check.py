@@ -49,7 +49,7 @@ def reference(module, inputs):
     names = [a.name for i, a in enumerate(func.body.args) if i not in set(func.attrs["outputs"])]
     scope = {"torch": torch, "F": F, **module.env, **{n: t.float() for n, t in zip(names, inputs)}}
     try:
-        result = eval(text, {"torch": torch, "F": F}, scope)  # the kernel author's own expression, like a script
+        result = eval(text, scope)  # the kernel author's own expression, like a script (one scope: lambdas see it)
     except Exception as exc:
         raise error(func.loc, f"the reference expression failed: {type(exc).__name__}: {exc}",
                     f"reference: {text}") from None
@@ -71,10 +71,11 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
              rtol: float, cache: Cache) -> int:
     import torch
 
-    if target is None:
-        target = "tilelang" if torch.cuda.is_available() else "tilelang-cpu"
-    device = "cuda" if target == "tilelang" else "cpu"
     module = driver.frontend(path, defines)
+    if target is None:  # TileLang's C target has no clusters: the interpreter simulates them
+        clusters = any("cluster" in op.attrs for op in module.walk() if op.name == "tile.launch")
+        target = "tilelang" if torch.cuda.is_available() else ("interp" if clusters else "tilelang-cpu")
+    device = "cuda" if target == "tilelang" else "cpu"
     inputs = random_inputs(module, seed, device)
     kernel = Kernel(path, target, defines, cache)
     outputs = kernel(*inputs)

@@ -1,7 +1,7 @@
 """The compile pipeline: .tk source -> AST -> tile IR -> passes -> backend source (cached).
 
 Stages, in order: `dsl.parser.parse`, `dsl.lower.lower` (with `-D` overrides), the target's
-default pass pipeline (`tile,software-pipeline,check-smem-fit{target=sm_90}`), then the backend's
+default pass pipeline (`tile,software-pipeline,map-dsmem,check-smem-fit`, for sm_90), then the backend's
 `emit` (codegen/). Generated source is cached on disk by the hash of the final IR, the target
 and tool versions (tkc/cache.py). A second index maps the hash of the source text, overrides
 and target to that key, so a warm `tkc compile` neither parses nor lowers (it stays well under
@@ -51,7 +51,7 @@ def default_pipeline(target: str, sm: str = "sm_90") -> str:
     on the GPU, so an over-budget kernel is rejected everywhere)."""
     if target not in TARGETS:
         raise error(Loc("<command line>", 1, 1), f"unknown target `{target}`", f"targets: {', '.join(TARGETS)}")
-    return f"tile,software-pipeline,check-smem-fit{{target={sm}}}"
+    return f"tile,software-pipeline,map-dsmem{{target={sm}}},check-smem-fit{{target={sm}}}"
 
 
 def optimize(module, target: str):

@@ -51,6 +51,37 @@ class BackendError(RuntimeError):
     """The backend toolchain failed on generated code: an internal compiler error."""
 
 
+INTERP = "interp"  # the reference interpreter (dsl/interpreter.py): slow, exact, any program
+LAUNCH_TARGETS = ("tilelang", "tilelang-cpu", INTERP)
+
+
+class _Interpreted:
+    """Stands in for a driver.Artifact when the final IR runs in the reference interpreter."""
+
+    def __init__(self, module):
+        self.module = module
+
+
+def _interpreter(module):
+    """A callable like a TileLang kernel (every argument tensor, outputs written in place) that
+    runs the final IR in the reference interpreter; clusters are simulated rank by rank."""
+    from dsl.interpreter import run
+
+    def launch(*tensors):
+        import torch
+
+        args = module.func.body.args
+        outs = module.func.attrs["outputs"]
+        inputs = {a.name: t.detach().cpu().float().numpy() if t.is_floating_point() else t.detach().cpu().numpy()
+                  for i, (a, t) in enumerate(zip(args, tensors)) if i not in outs}
+        results = run(module, inputs)
+        for i in outs:
+            out = tensors[i]
+            out.copy_(torch.from_numpy(results[args[i].name].astype("float32")).to(out.dtype))
+
+    return launch
+
+
 class Kernel:
     """A .tk kernel compiled for one target; call it with the input tensors (in declaration
     order) to get the outputs (one tensor, or a tuple for several)."""
@@ -90,8 +121,13 @@ class Kernel:
     def specialize(self, dims: dict[str, int]):
         key = tuple(sorted(dims.items()))
         if key not in self._built:
-            artifact = driver.compile_file(self.path, self.target, {**self.consts, **dims}, self.cache)
-            self._built[key] = (artifact, build(artifact, self.cache))
+            overrides = {**self.consts, **dims}
+            if self.target == INTERP:
+                module = driver.optimize(driver.frontend(self.path, overrides), "tilelang")
+                self._built[key] = (_Interpreted(module), _interpreter(module))
+            else:
+                artifact = driver.compile_file(self.path, self.target, overrides, self.cache)
+                self._built[key] = (artifact, build(artifact, self.cache))
         return self._built[key]
 
     def __call__(self, *tensors):
@@ -112,11 +148,12 @@ class Kernel:
 
 def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, **consts: int) -> Kernel:
     """Compile the .tk kernel at `path` for `target` ("tilelang" on a GPU, "tilelang-cpu" on the
-    CPU) with schedule constants `consts` (e.g. BM=128) overriding the file's defaults.
+    CPU, "interp" for the reference interpreter) with schedule constants `consts` (e.g. BM=128)
+    overriding the file's defaults.
 
     Returns a callable on torch tensors that allocates and returns the outputs. Raises
     dsl.diagnostics.TkError for user errors (syntax, types, shapes, budget, unknown target).
     """
-    if target not in ("tilelang", "tilelang-cpu"):
-        raise error(Loc(path, 0, 0), f"target `{target}` cannot be launched", "use tilelang or tilelang-cpu")
+    if target not in LAUNCH_TARGETS:
+        raise error(Loc(path, 0, 0), f"target `{target}` cannot be launched", f"use one of {', '.join(LAUNCH_TARGETS)}")
     return Kernel(path, target, consts, Cache(cache_dir) if cache_dir else None)

@@ -1,0 +1,177 @@
+"""`map-dsmem`: peer accesses inside a thread-block cluster -> distributed shared memory.
+
+For every grid with a `cluster` the pass
+* checks the cluster against the target: clusters need sm_90; at most 8 blocks (the portable
+  size), up to 16 with `nonportable=1` (sm_90's non-portable maximum); every grid extent must
+  divide into cluster extents; every peer rank must stay inside the cluster;
+* marks each `tile.peer_copy` and the shared tile it reads with `dsmem = true` (the read goes
+  through distributed shared memory: `mapa` + `ld.shared::cluster`, or cooperative groups'
+  `map_shared_rank`);
+* inserts the cluster barriers (`tile.cluster_barrier {inserted = true}`) that order every
+  remote read after the peer's last write of the tile (read-after-write), every write of a
+  tile after the peers' reads of it (write-after-read: the barrier seed 001's DSMEM kernel
+  lacks, which gives wrong sums on an H200 at 132+ clusters), and every block's exit after the
+  peers' reads of its shared memory. Loops are analysed twice so that a read in one iteration
+  and a write in the next are ordered too.
+All blocks of a cluster run the same program, so a block's own write of a tile stands for the
+peer's write of its instance. Kernels without clusters pass through unchanged; barriers the
+program already has are kept and counted. Source: CUDA C++ Programming Guide, "Distributed
+Shared Memory" (cluster.sync() before and after remote accesses).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dsl import exprs
+from dsl.diagnostics import error
+from dsl.ir import Module, Op
+from dsl.ops import ClusterBarrierOp
+from passes.options import PIPELINE_LOC, options_from
+from passes.targets import DEFAULT_SM
+
+CLUSTER_TARGETS = ("sm_90", "sm_90a")
+PORTABLE_CLUSTER, MAX_CLUSTER = 8, 16
+
+
+@dataclass(frozen=True)
+class MapDsmemPass:
+    name = "map-dsmem"
+    target: str = DEFAULT_SM
+    nonportable: int = 0  # 1: allow clusters of 9-16 blocks (sm_90 non-portable sizes)
+
+    @classmethod
+    def from_options(cls, options: dict[str, str]) -> "MapDsmemPass":
+        p = cls(**options_from(cls, cls.name, options))
+        if p.nonportable not in (0, 1):
+            raise error(PIPELINE_LOC, f"`nonportable` of `map-dsmem` must be 0 or 1, got {p.nonportable}")
+        return p
+
+    def spec(self) -> str:
+        extra = ",nonportable=1" if self.nonportable else ""
+        return f"{self.name}{{target={self.target}{extra}}}"
+
+    def run(self, module: Module) -> Module:
+        env = module.env
+        for launch in module.func.body.ops:
+            if launch.name == "tile.launch" and "cluster" in launch.attrs:
+                self._check(launch, env)
+                _mark(launch)
+                state = _State()
+                launch.body.ops[:] = _order(launch.body.ops, state)
+                if state.reads:  # peers may still read this block's tiles: no exit before they finish
+                    launch.body.ops.append(_barrier(launch.body.ops[-1], "peers read "
+                                                    + _names(state.reads) + " until the end of the kernel"))
+        return module
+
+    def _check(self, launch: Op, env: dict[str, int]) -> None:
+        if self.target not in CLUSTER_TARGETS:
+            raise error(launch.loc, f"thread-block clusters need sm_90; the target is {self.target}",
+                        "compile for sm_90 (H100/H200), or remove the `cluster` from the grid")
+        try:
+            sizes = [exprs.evaluate(exprs.parse(c), env) for c in launch.attrs["cluster"]]
+            grid = [exprs.evaluate(exprs.parse(g), env) for g in launch.attrs["grid"]]
+        except exprs.ExprError as exc:
+            raise error(launch.loc, f"cluster and grid extents must be known: {exc}") from None
+        total = math.prod(sizes)
+        if any(s <= 0 for s in sizes):
+            raise error(launch.loc, f"cluster extents must be positive, got {sizes}")
+        if total > MAX_CLUSTER:
+            raise error(launch.loc, f"a cluster of {total} blocks is too large; sm_90 allows at most {MAX_CLUSTER}",
+                        f"use at most {PORTABLE_CLUSTER} blocks (portable) or {MAX_CLUSTER} with "
+                        "`map-dsmem{nonportable=1}`")
+        if total > PORTABLE_CLUSTER and not self.nonportable:
+            raise error(launch.loc, f"a cluster of {total} blocks exceeds the portable size {PORTABLE_CLUSTER}",
+                        f"sm_90 allows up to {MAX_CLUSTER} as a non-portable size: pass "
+                        "`map-dsmem{nonportable=1}`, or use a smaller cluster")
+        for var, n, c in zip(launch.attrs["vars"], grid, sizes):
+            if n % c:
+                raise error(launch.loc, f"the grid extent {n} of `{var}` does not divide into clusters of {c}",
+                            f"make it a multiple of {c} (e.g. a `requires` on the dims)")
+        ranges = {r: (0, c - 1) for r, c in zip(launch.attrs["ranks"], sizes)}
+        ranges.update({v: (0, n - 1) for v, n in zip(launch.attrs["vars"], grid)})
+        for op in launch.walk():
+            if op.name == "tile.for":
+                lo = exprs.bounds(exprs.substitute(exprs.parse(op.attrs["lo"]), env), ranges)[0]
+                hi = exprs.bounds(exprs.substitute(exprs.parse(op.attrs["hi"]), env), ranges)[1]
+                ranges[op.attrs["var"]] = (lo, max(lo, hi - 1))
+            if op.name != "tile.peer_copy":
+                continue
+            for text, c in zip(op.attrs["rank"], sizes):
+                lo, hi = exprs.bounds(exprs.substitute(exprs.parse(text), env), ranges)
+                if lo < 0 or hi >= c:
+                    raise error(op.loc, f"peer rank `{text}` can be {lo if lo < 0 else hi}, outside the cluster "
+                                f"(ranks 0 to {c - 1})", "wrap it, e.g. `(r + 1) % 2`")
+
+
+class _State:
+    """Shared tiles written (locally) and read remotely since the last cluster barrier."""
+
+    def __init__(self, writes=None, reads=None):
+        self.writes: dict[str, Op] = dict(writes or {})
+        self.reads: dict[str, Op] = dict(reads or {})
+
+    def copy(self) -> "_State":
+        return _State(self.writes, self.reads)
+
+    def clear(self) -> None:
+        self.writes.clear()
+        self.reads.clear()
+
+
+def _mark(launch: Op) -> None:
+    remote = {id(op.operands[0]) for op in launch.walk() if op.name == "tile.peer_copy"}
+    for op in launch.walk():
+        if op.name == "tile.peer_copy":
+            op.attrs["dsmem"] = True
+        if op.name == "tile.alloc" and id(op.result) in remote:
+            op.attrs["dsmem"] = True
+
+
+def _written(op: Op) -> str | None:
+    """The shared tile `op` writes, if any (every writing op writes its last operand)."""
+    if op.name in ("tile.alloc", "tile.launch", "tile.for", "tile.cluster_barrier") or not op.operands:
+        return None
+    out = op.operands[-1]
+    return out.name if out.type.space == "shared" else None
+
+
+def _barrier(at: Op, reason: str) -> Op:
+    return ClusterBarrierOp(attrs={"inserted": True, "reason": reason}, loc=at.loc)
+
+
+def _names(table: dict[str, Op]) -> str:
+    return ", ".join(f"`%{n}`" for n in sorted(table))
+
+
+def _order(ops: list[Op], state: _State) -> list[Op]:
+    """`ops` with the cluster barriers they need inserted; `state` is updated in place."""
+    out: list[Op] = []
+    for op in ops:
+        if op.name == "tile.cluster_barrier":
+            state.clear()
+            out.append(op)
+            continue
+        if op.name == "tile.for":
+            first = state.copy()
+            body = _order(op.body.ops, first)
+            again = first.copy()  # a second iteration sees what the first left behind
+            op.body.ops[:] = _order(body, again)
+            state.writes, state.reads = again.writes, again.reads
+            out.append(op)
+            continue
+        read = op.operands[0].name if op.name == "tile.peer_copy" else None
+        wrote = _written(op)
+        if read is not None and read in state.writes:
+            out.append(_barrier(op, f"peers read `%{read}` after it is written"))
+            state.clear()
+        elif wrote is not None and wrote in state.reads:
+            out.append(_barrier(op, f"`%{wrote}` is overwritten after peers read it"))
+            state.clear()
+        if read is not None:
+            state.reads[read] = op
+        if wrote is not None:
+            state.writes[wrote] = op
+        out.append(op)
+    return out

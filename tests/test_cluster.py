@@ -1,0 +1,152 @@
+"""Thread-block clusters (seed 001): the cluster-reduce examples in the reference interpreter with
+simulated ranks against torch, race detection before `map-dsmem` and none after it (translation
+validation of the barrier insertion), and the CLI on cluster kernels."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tkc
+from dsl.interpreter import RaceError, run
+from passes.manager import parse_pipeline, run_pipeline
+from profiles import examples
+from tkc.check import random_inputs, reference, rel_error
+from tkc.driver import frontend, optimize
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = ["cluster_reduce_hbm", "cluster_reduce_dsmem"]
+
+
+def path_of(name: str) -> str:
+    return os.path.join(ROOT, "examples", f"{name}.tk")
+
+
+def interpret(module, inputs):
+    names = [a.name for a in module.func.body.args[: len(inputs)]]
+    return run(module, {n: t.numpy() for n, t in zip(names, inputs)})
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+@settings(max_examples=examples(4, 20), deadline=None)
+@given(clusters=st.integers(1, 6), n=st.integers(1, 300), stage=st.sampled_from([0, 1]), seed=st.integers(0, 2**16))
+def test_interpreter_matches_torch(name, clusters, n, stage, seed):
+    module = optimize(frontend(path_of(name), {"B": 2 * clusters, "N": n, "STAGE": stage}), "tilelang")
+    inputs = random_inputs(module, seed, "cpu")
+    out = interpret(module, inputs)["Y"]
+    (ref,) = reference(module, inputs)
+    assert rel_error(torch.from_numpy(out.astype(np.float32)), ref) < 1e-2
+
+
+@settings(max_examples=examples(4, 20), deadline=None)
+@given(clusters=st.integers(1, 4), n=st.integers(1, 200), seed=st.integers(0, 2**16))
+def test_map_dsmem_removes_the_race(clusters, n, seed):
+    """Without barriers the DSMEM reduce races (the interpreter says so); after map-dsmem it does
+    not, and it computes what the HBM variant computes."""
+    dims = {"B": 2 * clusters, "N": n}
+    tiled = run_pipeline(frontend(path_of("cluster_reduce_dsmem"), dims), parse_pipeline("tile"))
+    inputs = random_inputs(tiled, seed, "cpu")
+    with pytest.raises(RaceError):
+        interpret(tiled, inputs)
+    mapped = run_pipeline(tiled, parse_pipeline("map-dsmem"))
+    hbm = optimize(frontend(path_of("cluster_reduce_hbm"), dims), "tilelang")
+    np.testing.assert_array_equal(interpret(mapped, inputs)["Y"], interpret(hbm, inputs)["Y"])
+
+
+def test_the_seeds_overwrite_race_is_caught_and_fixed(tmp_path):
+    """Seed 001's DSMEM kernel overwrites its shared tile while the peer may still read it."""
+    src = """kernel seed<threads=128>(X: f16[B, N]) -> (Y: f16[B, N])
+    where B = 4, N = 64
+{
+    grid (B) as (b) cluster (2) as (r) threads(threads)
+    S = shared(X[b : +1, :])
+    sync cluster
+    S = S + peer(S, (r + 1) % 2)
+    sync cluster
+    Y[b : +1, :] = S
+}
+"""
+    path = tmp_path / "seed.tk"
+    path.write_text(src)
+    module = run_pipeline(frontend(str(path)), parse_pipeline("tile"))
+    inputs = random_inputs(module, 1, "cpu")
+    with pytest.raises(RaceError, match="while the peer writes it"):
+        interpret(module, inputs)
+    fixed = run_pipeline(module, parse_pipeline("map-dsmem"))
+    x = inputs[0].float().numpy()
+    want = x + x.reshape(2, 2, 64)[:, ::-1].reshape(4, 64)
+    np.testing.assert_allclose(interpret(fixed, inputs)["Y"].astype(np.float32), want, rtol=1e-2, atol=1e-2)
+
+
+def test_barrier_mismatch_is_reported(tmp_path):
+    src = """kernel k<threads=128>(X: f16[B, N]) -> (Y: f16[B, N])
+    where B = 2, N = 8
+{
+    grid (B) as (b) cluster (2) as (r) threads(threads)
+    S = shared(X[b : +1, :])
+    for i in range(r) {
+        sync cluster
+    }
+    Y[b : +1, :] = S
+}
+"""
+    path = tmp_path / "k.tk"
+    path.write_text(src)
+    module = optimize(frontend(str(path)), "tilelang")
+    with pytest.raises(ValueError, match="must pass the same barriers"):
+        interpret(module, random_inputs(module, 0, "cpu"))
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_interp_target_runs_cluster_kernels(name):
+    kernel = tkc.compile(path_of(name), target="interp", STAGE=1)
+    x = torch.randn(4, 96).half()
+    y = kernel(x)
+    want = torch.relu(x.float() + x.float().view(2, 2, 96).flip(1).reshape(4, 96))
+    assert rel_error(y, want) < 1e-2
+
+
+def test_run_defaults_to_the_interpreter_for_clusters_without_a_gpu(capsys):
+    from tkc.cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU `tkc run` picks tilelang")
+    assert main(["run", path_of("cluster_reduce_dsmem"), "--check", "-D", "N=256", "-D", "B=4"]) == 0
+    out = capsys.readouterr().out
+    assert "ran on interp" in out and "ok" in out
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_tilelang_cpu_says_it_cannot_express_clusters(name, capsys):
+    from tkc.cli import main
+
+    assert main(["compile", path_of(name), "--target", "tilelang-cpu"]) == 1
+    err = capsys.readouterr().err
+    assert "error: target `tilelang-cpu` cannot express thread-block clusters" in err.splitlines()[0]
+    assert "--target interp" in err
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+@pytest.mark.parametrize("stage", [0, 1])
+def test_tilelang_gpu_source_uses_cluster_launch(name, stage):
+    from tkc import driver
+    from tkc.cache import Cache
+
+    art = driver.compile_file(path_of(name), "tilelang", {"STAGE": stage}, Cache(os.environ["TKC_CACHE_DIR"]))
+    assert "cluster_dims=2" in art.source and "T.block_rank_in_cluster()" in art.source
+    assert ("tkc_peer_ptr" in art.source) == (name == "cluster_reduce_dsmem")
+    assert art.source.count("T.cluster_sync()") == (2 if name == "cluster_reduce_dsmem" else 0)
+    assert ("T.max(" in art.source) == (stage == 1)
+
+
+def test_tir_lowers_the_dsmem_example():
+    from tkc import driver
+    from tkc.cache import Cache
+
+    art = driver.compile_file(path_of("cluster_reduce_dsmem"), "tir", {}, Cache(os.environ["TKC_CACHE_DIR"]))
+    assert '"cluster_dims": [2, 1, 1]' in art.source and "tkc_peer_ptr" in art.source
