@@ -1,0 +1,592 @@
+"""CUDA C++ backend: final tile IR -> one readable, self-contained CUDA translation unit.
+
+The generated file holds one `extern "C" __global__` kernel named after the tkc kernel, for
+`nvcc -arch=sm_90a` (it uses sm_80 features: cp.async, WMMA with f16/bf16). Its header comment
+gives the source file, the launch shape (grid, block, cluster, dynamic shared memory bytes) and a
+`tkc-launch:` JSON line that tkc/cuda_runtime.py reads; the problem dims and schedule constants
+are `constexpr int`s; the kernel body has one statement or loop nest per tile op, each under a
+comment with the op and its source location.
+
+How tiles map to the machine (details in codegen/cuda_plan.py, cuda_access.py, cuda_gemm.py):
+shared tiles and register tiles that ops share across threads live in dynamic shared memory
+(laid out here, offsets in the header); other register tiles are spread over the threads in
+chunks of consecutive elements; gemm accumulators are WMMA fragments when the gemm runs on
+tensor cores. `__syncthreads()` goes exactly where a shared tile written by some threads is
+next touched by others. Pipelined loops issue their global -> shared loads `stages - 1`
+iterations ahead through cp.async into `stages` copies of each staging tile.
+
+Unsupported constructs raise a located TkError. Input: IR after `tile,software-pipeline`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from dsl import exprs
+from dsl.diagnostics import error
+from dsl.ir import Module, Op, Value, format_attr_dict
+from passes.targets import SMEM_LIMITS
+from codegen.cuda_access import AccessMixin
+from codegen.cuda_gemm import ACC_FRAGMENT, GemmMixin
+from codegen.cuda_plan import (Access, OTHER, SyncState, chunk_map, chunk_width, make_plan, numel,
+                               shape_of)
+from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, PRELUDE, apply, combine, compute_dtype, convert, identity, literal
+
+ARCH = "sm_90a"
+SMEM_LIMIT = SMEM_LIMITS["sm_90"]
+MAX_GRID = (2**31 - 1, 65535, 65535)
+# Names the generated code uses itself; kernel names that collide get a trailing underscore.
+RESERVED = set("""
+alignas alignof asm auto bool break case catch char class const constexpr continue default delete do double
+else enum explicit extern false float for friend goto if inline int long namespace new noexcept nullptr operator
+private protected public register return short signed sizeof static struct switch template this throw true try
+typedef typename union unsigned using virtual void volatile while half nvcuda wmma min max threadIdx blockIdx
+blockDim gridDim warpSize int8_t int32_t int64_t uint4 uint2 INFINITY
+tid warp lane it ch e row col r0 r1 r2 r3 r4 r5 kk fi fj fa fb cf fr fc fv gv ov sv in0 in1 sum av bv ok
+stage smem THREADS wm wn part red oi o_base sh main tk_scratch cg peer pv
+""".split())
+
+
+def c_expr(e: exprs.Expr, name, parent: int = 0, right: bool = False) -> str:
+    """An IR index expression in C (`name` maps identifiers); `/` stays C division, which
+    is floor division on the non-negative values tile indices take."""
+    if isinstance(e, exprs.Num):
+        return str(e.value) if e.value >= 0 else f"({e.value})"
+    if isinstance(e, exprs.Sym):
+        return name(e.name)
+    if isinstance(e, exprs.Call):
+        a, b = (c_expr(x, name) for x in e.args)
+        if e.fn == "cdiv":
+            return f"(({a}) + ({b}) - 1) / ({b})"
+        return f"{e.fn}({a}, {b})"
+    prec = exprs.PREC[e.op]
+    text = f"{c_expr(e.a, name, prec)} {e.op} {c_expr(e.b, name, prec, True)}"
+    return f"({text})" if prec < parent or (prec == parent and (right or prec == 1)) else text
+
+
+def emit(module: Module) -> str:
+    """CUDA C++ source of `module` (final IR); raises TkError for what the backend cannot express."""
+    return _Emitter(module).run()
+
+
+def launch_config(source: str) -> dict:
+    """The launch shape recorded in generated source: kernel, grid, block, cluster, smem_bytes."""
+    for line in source.splitlines():
+        if line.startswith("// tkc-launch: "):
+            return json.loads(line[len("// tkc-launch: "):])
+    raise ValueError("no `tkc-launch:` line in the CUDA source")
+
+
+def _loc(op: Op) -> str:
+    return f"{op.loc.file}:{op.loc.line}:{op.loc.col}"
+
+
+class _Emitter(AccessMixin, GemmMixin):
+    def __init__(self, module: Module):
+        self.m = module
+        self.lines: list[str] = []
+        self.names: dict[int, str] = {}
+        self.cnames: dict[str, str] = {}
+        self.used: set[str] = set(RESERVED)
+        self.ranges: dict[str, tuple[int, int]] = {}
+        self.slot: dict[int, str] = {}  # id(staged shared tile) -> C expression of the current stage
+        self.staged: set[int] = set()  # staged tiles of the pipelined loops being emitted
+        self.override: dict[str, str] = {}  # index names -> C expressions (prefetch iterations)
+        self.opnames: dict[int, tuple[str, ...]] = {}
+        self.threads = 128
+
+    # ---- naming -----------------------------------------------------------------------------
+    def _unique(self, base: str) -> str:
+        if base[0].isdigit():
+            base = "t" + base
+        name = base
+        while name in self.used:
+            name += "_"
+        self.used.add(name)
+        return name
+
+    def cname(self, ident: str) -> str:
+        """The C name of a dim, constant, grid index or loop variable."""
+        if ident in self.override:
+            return self.override[ident]
+        if ident not in self.cnames:
+            self.cnames[ident] = self._unique(ident)
+        return self.cnames[ident]
+
+    def name(self, v: Value) -> str:
+        if id(v) not in self.names:
+            self.names[id(v)] = self._unique(v.name.replace(".", "_"))
+        return self.names[id(v)]
+
+    def op_names(self, op: Op, *bases: str) -> tuple[str, ...]:
+        """Fresh C names for `op`'s own variables, the same on every emission of `op`."""
+        if id(op) not in self.opnames:
+            self.opnames[id(op)] = tuple(self._unique(b) for b in bases)
+        return self.opnames[id(op)]
+
+    def cexpr(self, text: str) -> str:
+        return c_expr(exprs.parse(text), self.cname)
+
+    def line(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+    def value(self, text: str) -> int:
+        return exprs.evaluate(exprs.parse(text), {})
+
+    # ---- module -----------------------------------------------------------------------------
+    def run(self) -> str:
+        func = self.m.func
+        kname = func.attrs.get("sym_name", "kernel")
+        launches = [op for op in func.body.ops if op.name == "tile.launch"]
+        if len(launches) != 1:
+            raise error(func.loc, "the CUDA backend needs exactly one `grid`")
+        launch = launches[0]
+        dims, consts = func.attrs.get("dims", {}), func.attrs.get("consts", {})
+        self.used.add(kname)
+        for k in list(dims) + list(consts):
+            self.cname(k)
+        try:
+            grid = [self.value(g) for g in launch.attrs["grid"]]
+            self.threads = self.value(launch.attrs["threads"])
+        except exprs.ExprError:
+            raise error(launch.loc, "the CUDA backend needs a concrete grid and thread count",
+                        "run the `tile` pass first (`tkc compile` does)") from None
+        self.check_launch(launch, grid)
+        cluster = self.cluster = self.cluster_dims(launch)
+        self.plan = make_plan(self.m, launch, self.threads)
+        self.check_smem(launch)
+        grid3 = grid + [1] * (3 - len(grid))
+        smem = self.plan.total_smem
+        config = {"kernel": kname, "grid": grid3, "block": [self.threads, 1, 1], "cluster": cluster,
+                  "smem_bytes": smem}
+        self.line(0, f"// Generated by tkc from {func.loc.file}: kernel `{kname}`, CUDA C++ for {ARCH}.")
+        self.line(0, "// Do not edit: regenerate with `tkc compile --target cuda`.")
+        self.line(0, f"// Launch: grid ({', '.join(map(str, grid3))}), block ({self.threads}, 1, 1) = {self.threads} "
+                  f"threads, cluster ({', '.join(map(str, cluster))}), dynamic shared memory {smem} bytes.")
+        self.line(0, f"// Build: nvcc -arch={ARCH} -cubin -O3 kernel.cu (tkc.compile(..., target=\"cuda\") does it)")
+        args = func.body.args
+        outs = set(func.attrs.get("outputs", []))
+        for i, a in enumerate(args):
+            role = "output" if i in outs else "input"
+            self.line(0, f"// {role} {a.name}: {a.type.dtype}[{', '.join(map(str, shape_of(a)))}]")
+        self.line(0, f"// tkc-launch: {json.dumps(config)}")
+        self.lines.extend(PRELUDE.rstrip("\n").split("\n"))
+        if "cluster" in launch.attrs:
+            self.lines.extend(CLUSTER_PRELUDE.rstrip("\n").split("\n"))
+        self.line(0, "")
+        self.line(0, "// ---- kernel --------------------------------------------------------------------------------")
+        self.line(0, "")
+        if dims:
+            self.line(0, "// problem dims (the kernel is specialized on them)")
+            for k in sorted(dims):
+                self.line(0, f"constexpr int {self.cname(k)} = {dims[k]};")
+        if consts:
+            self.line(0, "// schedule constants")
+            for k in sorted(consts):
+                self.line(0, f"constexpr int {self.cname(k)} = {consts[k]};")
+        self.line(0, f"constexpr int THREADS = {self.threads};  // threads per block")
+        self.line(0, "")
+        params = []
+        for i, a in enumerate(args):
+            const = "" if i in outs else "const "
+            params.append(f"{const}{C_TYPES[a.type.dtype]}* __restrict__ {self.name(a)}")
+        attrs = f"__launch_bounds__({self.threads})"
+        if cluster != [1, 1, 1]:
+            attrs = f"__cluster_dims__({', '.join(map(str, cluster))}) " + attrs
+        self.line(0, f"extern \"C\" __global__ void {attrs} {kname}({', '.join(params)}) {{")
+        self.launch(launch, grid)
+        self.line(0, "}")
+        return "\n".join(self.lines) + "\n"
+
+    def check_launch(self, launch: Op, grid: list[int]) -> None:
+        if not 1 <= self.threads <= 1024:
+            raise error(launch.loc, f"the CUDA backend cannot launch {self.threads} threads per block",
+                        "CUDA blocks have 1 to 1024 threads; set `threads(...)` in that range")
+        for axis, (n, limit) in enumerate(zip(grid, MAX_GRID)):
+            if n > limit:
+                raise error(launch.loc, f"grid extent {n} along `{launch.attrs['vars'][axis]}` exceeds CUDA's limit "
+                            f"of {limit} for grid dimension {'xyz'[axis]}",
+                            "put the largest extent first (it maps to blockIdx.x) or use larger tiles")
+
+    def cluster_dims(self, launch: Op) -> list[int]:
+        """Thread-block cluster shape (x, y, z); (1, 1, 1) when the grid has no clusters."""
+        shape = [self.value(c) if isinstance(c, str) else int(c) for c in launch.attrs.get("cluster", [])]
+        return shape + [1] * (3 - len(shape))
+
+    def check_smem(self, launch: Op) -> None:
+        total = self.plan.total_smem
+        if total <= SMEM_LIMIT:
+            return
+        notes = [f"`{b.value}` {b.value.type}: {b.nbytes} bytes (row pitch {b.pitch}, {b.slots} stage"
+                 f"{'s' * (b.slots != 1)})" for b in sorted(self.plan.order, key=lambda b: -b.nbytes)]
+        if self.plan.scratch_offset >= 0:
+            notes.append(f"WMMA staging tiles: {total - self.plan.scratch_offset} bytes")
+        moved = ", ".join(f"`{a.result}`" for a in self.plan.moved_to_shared)
+        if moved:
+            notes.append(f"the CUDA backend keeps register tiles {moved} in shared memory because reductions, "
+                         "broadcasts or gemm operands read them across threads")
+        notes.append("fix: use smaller tiles (e.g. `-D BM=...`) or fewer pipeline stages")
+        raise error(launch.loc, f"kernel `{self.m.func.attrs.get('sym_name')}` needs {total} bytes of shared memory "
+                    f"per block on the CUDA backend; limit is {SMEM_LIMIT} on sm_90", *notes)
+
+    # ---- launch and declarations ------------------------------------------------------------
+    def launch(self, op: Op, grid: list[int]) -> None:
+        self.line(1, f"// grid ({', '.join(op.attrs['grid'])}) as ({', '.join(op.attrs['vars'])}) ({_loc(op)})")
+        for axis, (var, n) in enumerate(zip(op.attrs["vars"], grid)):
+            self.ranges[var] = (0, n - 1)
+            self.line(1, f"const int {self.cname(var)} = blockIdx.{'xyz'[axis]};")
+        for var, rank, c in zip(op.attrs["vars"], op.attrs.get("ranks", []), self.cluster):
+            self.ranges[rank] = (0, c - 1)
+            self.line(1, f"const int {self.cname(rank)} = {self.cname(var)} % {c};  // rank in the cluster")
+        self.line(1, "const int tid = threadIdx.x;")
+        if self.plan.scratch_offset >= 0:
+            self.line(1, "const int warp = tid / 32, lane = tid % 32;")
+        elif any(g.kind == "wmma" for g in self.plan.gemms.values()):
+            self.line(1, "const int warp = tid / 32;")
+        if self.plan.total_smem:
+            self.line(1, "extern __shared__ __align__(128) unsigned char smem[];")
+        for buf in self.plan.order:
+            v = buf.value
+            ctype = C_TYPES[v.type.dtype]
+            what = f"{v.type.dtype}[{', '.join(map(str, shape_of(v)))}]"
+            extra = f", {buf.slots} stages of {buf.slot_elems} elements" if buf.slots > 1 else ""
+            kind = "" if v.type.space == "shared" else f" ({v.type.space} tile kept in shared memory)"
+            self.line(1, f"{ctype}* const {self.name(v)} = reinterpret_cast<{ctype}*>(smem + {buf.offset});  "
+                      f"// {what}{kind}, row pitch {buf.pitch}{extra}")
+        if self.plan.scratch_offset >= 0:
+            self.line(1, f"float* const tk_scratch = reinterpret_cast<float*>(smem + {self.plan.scratch_offset});  "
+                      "// per-warp 16x16 f32 WMMA staging tiles")
+        for a in op.walk():
+            if a.name != "tile.alloc" or a.result.type.space == "shared":
+                continue
+            v = a.result
+            where = self.plan.where(v)
+            what = f"{v.type.dtype}[{', '.join(map(str, shape_of(v)))}]"
+            if where == "regs":
+                shape = shape_of(v)
+                width = chunk_width(shape)
+                per = -(-(numel(shape) // width) // self.threads)
+                self.line(1, f"{C_TYPES[v.type.dtype]} {self.name(v)}[{per * width}];  // {what} in registers: "
+                          f"{per} chunk{'s' * (per > 1)} of {width} per thread")
+            elif where == "wmma":
+                gp = self.plan.acc_split[id(v)]
+                self.line(1, f"{ACC_FRAGMENT} {self.name(v)}[{gp.fm}][{gp.fn}];  // {what} as WMMA fragments: "
+                          f"warps {gp.wm} x {gp.wn}, {gp.fm} x {gp.fn} fragments each")
+        self.line(1, "")
+        self.region(op.body.ops, 1, SyncState())
+
+    # ---- regions and barriers ---------------------------------------------------------------
+    def region(self, ops: list[Op], d: int, st: SyncState) -> SyncState:
+        for op in ops:
+            if op.name == "tile.alloc":
+                continue
+            if op.name == "tile.for":
+                st = self.op_for(op, d, st)
+                continue
+            if op.name == "tile.cluster_barrier":  # also a barrier of the block's own threads
+                self.line(d, f"// {self.describe(op)} ({_loc(op)})")
+                self.line(d, "cg::this_cluster().sync();")
+                st.clear()
+                continue
+            handler = getattr(self, "op_" + op.name.split(".")[1], None)
+            if handler is None or op.name in ("tile.func", "tile.launch", "tile.require"):
+                raise error(op.loc, f"the CUDA backend cannot express `{op.name}` here",
+                            "supported inside a grid: tile.fill, tile.copy, tile.elementwise, tile.reduce, "
+                            "tile.gemm, tile.for, tile.peer_copy, tile.cluster_barrier")
+            self.sync(self.accesses(op), d, st)
+            self.line(d, f"// {self.describe(op)} ({_loc(op)})")
+            handler(op, d)
+        return st
+
+    def sync(self, accesses: list[Access], d: int, st: SyncState) -> None:
+        accesses = [a for a in accesses if a.buf not in self.staged]
+        if st.conflicts(accesses):
+            self.line(d, "__syncthreads();")
+            st.clear()
+        st.add(accesses)
+
+    def accesses(self, op: Op) -> list[Access]:
+        """The shared-memory accesses of `op`, with the thread map each is made under."""
+        out: list[Access] = []
+
+        def add(v: Value, write: bool, tmap) -> None:
+            if self.plan.where(v) == "shared":
+                out.append(Access(id(v), write, tmap))
+
+        if op.name == "tile.fill":
+            add(op.operands[0], True, chunk_map(shape_of(op.operands[0])))
+        elif op.name == "tile.copy":
+            src, dst = op.operands
+            if self.plan.where(src) == "wmma":
+                add(dst, True, OTHER)
+            else:
+                tile = dst if src.type.space == "global" else src
+                add(src, False, chunk_map(shape_of(tile)))
+                add(dst, True, chunk_map(shape_of(tile)))
+        elif op.name == "tile.elementwise":
+            out_v = op.operands[-1]
+            for v in op.operands[:-1]:
+                add(v, False, chunk_map(shape_of(v)) if shape_of(v) == shape_of(out_v) else OTHER)
+            add(out_v, True, chunk_map(shape_of(out_v)))
+        elif op.name == "tile.peer_copy":  # the local instance of the source is not touched
+            add(op.operands[1], True, chunk_map(shape_of(op.operands[1])))
+        elif op.name == "tile.reduce":
+            add(op.operands[0], False, OTHER)
+            add(op.operands[1], True, OTHER)
+        elif op.name == "tile.gemm":
+            a, b, acc = op.operands
+            add(a, False, OTHER)
+            add(b, False, OTHER)
+            wmma = self.plan.gemms[id(op)].kind == "wmma"
+            add(acc, True, OTHER if wmma else chunk_map(shape_of(acc)))
+            add(acc, False, OTHER if wmma else chunk_map(shape_of(acc)))
+        return out
+
+    def describe(self, op: Op) -> str:
+        ops = ", ".join(str(v) for v in op.operands)
+        attrs = {k: v for k, v in op.attrs.items() if k in ("fn", "axis", "value", "scalar", "accumulate", "async")}
+        text = f"{op.name}({ops})"
+        return text + (" " + format_attr_dict(attrs) if attrs else "")
+
+    # ---- loops ------------------------------------------------------------------------------
+    def op_for(self, op: Op, d: int, st: SyncState) -> SyncState:
+        var = op.attrs["var"]
+        try:
+            lo = exprs.bounds(exprs.parse(op.attrs["lo"]), self.ranges)[0]
+            hi = exprs.bounds(exprs.parse(op.attrs["hi"]), self.ranges)[1]
+        except exprs.ExprError:
+            raise error(op.loc, "the CUDA backend cannot bound this loop's index",
+                        "loop bounds may use dims, constants, grid indices and enclosing loop indices") from None
+        self.ranges[var] = (lo, max(lo, hi - 1))
+        kind = op.attrs["kind"]
+        copies = self.async_copies(op) if kind == "pipelined" else []
+        if copies:
+            return self.pipelined(op, d, st, copies)
+        v, lo_c, hi_c = self.cname(var), self.cexpr(op.attrs["lo"]), self.cexpr(op.attrs["hi"])
+        self.line(d, f"// for {var} in [{op.attrs['lo']}, {op.attrs['hi']}), {kind} ({_loc(op)})")
+        if kind == "unroll":
+            self.line(d, "#pragma unroll")
+        self.line(d, f"for (int {v} = {lo_c}; {v} < {hi_c}; ++{v}) {{")
+        self.loop_body(op.body.ops, d + 1, st)
+        self.line(d, "}")
+        return st
+
+    def loop_body(self, ops: list[Op], d: int, st: SyncState, top=None) -> None:
+        """Emit a loop body whose entry state is `st` joined with its own exit state (the previous
+        iteration's accesses); `st` becomes the state after the loop. `top(d, state)` emits the
+        start of every iteration."""
+        entry = st.copy()
+        state = entry.copy()
+        for _ in range(4):  # iterate to the fixed point of the loop-carried state
+            saved = self.lines
+            self.lines = []
+            trial = state.copy()
+            if top is not None:
+                top(d, trial)
+            out = self.region(ops, d, trial)
+            self.lines = saved
+            nxt = entry.copy()
+            nxt.merge(out)
+            if nxt.key() == state.key():
+                break
+            state = nxt
+        if top is not None:
+            top(d, state)
+        out = self.region(ops, d, state)
+        st.merge(out)
+
+    def async_copies(self, loop: Op) -> list[Op]:
+        return [o for o in loop.body.ops if o.name == "tile.copy" and o.attrs.get("async")
+                and o.operands[0].type.space == "global" and self.plan.where(o.operands[1]) == "shared"]
+
+    def pipelined(self, op: Op, d: int, st: SyncState, copies: list[Op]) -> SyncState:
+        """A pipelined loop: the loads of iteration s + stages - 1 are issued (cp.async) while
+        iteration s computes, into stage (s - lo) % stages of each staging tile."""
+        var = op.attrs["var"]
+        stages = self.value(op.attrs["stages"])
+        bufs = [c.operands[1] for c in copies]
+        for b in bufs:
+            slots = self.plan.smem[id(b)].slots
+            if slots < stages:
+                raise error(op.loc, f"staging tile `{b}` has {slots} stage(s) for a {stages}-stage loop",
+                            "run `software-pipeline` on the IR (it sizes the staging tiles)")
+        barrier = self.staged_barrier(op, bufs)
+        v, lo, hi = self.cname(var), self.cexpr(op.attrs["lo"]), self.cexpr(op.attrs["hi"])
+        ahead = stages - 1
+        self.line(d, f"// for {var} in [{op.attrs['lo']}, {op.attrs['hi']}), pipelined with {stages} stage(s): "
+                  f"loads issued {ahead} iteration(s) ahead ({_loc(op)})")
+        self.sync([Access(id(b), True, chunk_map(shape_of(b))) for b in bufs], d, st)
+        self.line(d, "{")
+        d += 1
+        rel = lambda x: x if lo == "0" else f"({x} - {lo})"  # noqa: E731
+        if ahead:
+            self.line(d, f"// prologue: the loads of the first {ahead} iteration(s)")
+            self.line(d, "#pragma unroll")
+            self.line(d, f"for (int {v} = {lo}; {v} < {lo} + {ahead}; ++{v}) {{")
+            self.line(d + 1, f"if ({v} < {hi}) {{")
+            self.issue(copies, d + 2, f"{rel(v)} % {stages}")
+            self.line(d + 1, "}")
+            self.line(d + 1, "tk_cp_async_commit();")
+            self.line(d, "}")
+        pre, stage = self.op_names(op, f"{var}_ahead", f"stage_{var}")
+
+        def top(dd: int, state: SyncState) -> None:
+            if ahead:
+                self.line(dd, f"tk_cp_async_wait<{ahead - 1}>();  // this thread's loads for iteration {v} have landed")
+                if barrier:
+                    self.line(dd, "__syncthreads();  // ... every thread's, and iteration "
+                              f"{v} - 1 is done with the stage refilled next")
+                    state.clear()
+                self.line(dd, f"if (const int {pre} = {v} + {ahead}; {pre} < {hi}) {{")
+                self.override[var] = pre
+                self.issue(copies, dd + 1, f"{rel(pre)} % {stages}")
+                del self.override[var]
+                self.line(dd, "}")
+                self.line(dd, "tk_cp_async_commit();")
+                self.line(dd, f"const int {stage} = {rel(v)} % {stages};")
+            else:
+                if barrier:
+                    self.line(dd, f"__syncthreads();  // iteration {v} - 1 is done with the staging tiles")
+                self.issue(copies, dd, "0")
+                self.line(dd, "tk_cp_async_commit();")
+                self.line(dd, "tk_cp_async_wait<0>();")
+                if barrier:
+                    self.line(dd, "__syncthreads();")
+                    state.clear()
+                self.line(dd, f"const int {stage} = 0;")
+
+        self.line(d, f"for (int {v} = {lo}; {v} < {hi}; ++{v}) {{")
+        body = [o for o in op.body.ops if not any(o is c for c in copies)]
+        saved = set(self.staged)
+        self.staged |= {id(b) for b in bufs}
+        for b in bufs:
+            self.slot[id(b)] = stage
+        self.loop_body(body, d + 1, st, top)
+        self.staged = saved
+        for b in bufs:
+            del self.slot[id(b)]
+        self.line(d, "}")
+        self.line(d, "tk_cp_async_wait<0>();")
+        # The staging tiles are read after the loop only by its next run (inside an outer loop).
+        st.add([Access(id(b), False, OTHER if barrier else chunk_map(shape_of(b))) for b in bufs])
+        self.line(d - 1, "}")
+        return st
+
+    def staged_barrier(self, loop: Op, bufs: list[Value]) -> bool:
+        """Whether some op of the loop reads a staging tile under another thread map than the
+        cp.async that fills it (then each iteration starts with a barrier)."""
+        ids = {id(b): chunk_map(shape_of(b)) for b in bufs}
+        for o in loop.walk():
+            if o is loop or o.name in ("tile.for", "tile.alloc") or (o.name == "tile.copy" and o.attrs.get("async")):
+                continue
+            for a in self.accesses(o):
+                if a.buf in ids and a.tmap != ids[a.buf]:
+                    return True
+        return False
+
+    def issue(self, copies: list[Op], d: int, slot: str) -> None:
+        """The global -> staging-tile loads of `copies` into stage `slot`."""
+        for c in copies:
+            dst = c.operands[1]
+            saved = self.slot.get(id(dst))
+            self.slot[id(dst)] = slot
+            async_ = self.can_cp_async(c)
+            how = "cp.async" if async_ else "synchronous loads (cp.async cannot take this tile)"
+            self.line(d, f"// {self.describe(c)} via {how} ({_loc(c)})")
+            self.chunk_loop(shape_of(dst), d, lambda ch, dd, c=c, a=async_: self.load_chunk(c, ch, dd, a))
+            if saved is None:
+                del self.slot[id(dst)]
+            else:
+                self.slot[id(dst)] = saved
+
+    # ---- clusters ---------------------------------------------------------------------------
+    def op_peer_copy(self, op: Op, d: int) -> None:
+        """Read the peer block's instance of a shared tile through distributed shared memory
+        (`map_shared_rank` is `mapa`; the loads are ordinary loads through a generic address)."""
+        src, dst = op.operands
+        ranks = [self.cexpr(r) for r in op.attrs["rank"]]
+        linear, scale = [], 1
+        for r, c in zip(ranks, self.cluster):  # cluster ranks are x-fastest
+            linear.append(r if scale == 1 else f"({r}) * {scale}")
+            scale *= c
+        ctype = C_TYPES[src.type.dtype]
+        self.line(d, "{")
+        self.line(d + 1, f"const {ctype}* const peer = cg::this_cluster().map_shared_rank({self.name(src)}, "
+                  f"{' + '.join(linear)});")
+
+        def body(ch, dd):
+            self.line(dd, f"alignas(16) {ctype} pv[{ch.width}];")
+            self.line(dd, f"tk_load<{self.smem_word(src, ch.width)}>(pv, &peer[{self.smem_offset(src, ch.idx)}]);")
+            self.write(dst, ch, dd, lambda e: convert(f"pv[{e}]", src.type.dtype, dst.type.dtype), "ov")
+
+        self.chunk_loop(shape_of(dst), d + 1, body)
+        self.line(d, "}")
+
+    # ---- elementwise ops --------------------------------------------------------------------
+    def op_fill(self, op: Op, d: int) -> None:
+        v = op.operands[0]
+        if self.plan.where(v) == "wmma":
+            self.wmma_fill(v, op.attrs["value"], d)
+            return
+        ct = compute_dtype(v.type.dtype)
+        value = convert(literal(op.attrs["value"], ct), ct, v.type.dtype)
+        self.chunk_loop(shape_of(v), d, lambda ch, dd: self.write(v, ch, dd, lambda e: value, "ov"))
+
+    def op_elementwise(self, op: Op, d: int) -> None:
+        out, ins = op.operands[-1], op.operands[:-1]
+        ct = compute_dtype(out.type.dtype)
+        fn = op.attrs["fn"]
+
+        def body(ch, dd):
+            readers = [self.read(v, ch, dd, f"in{k}") for k, v in enumerate(ins)]
+            args = lambda e: [convert(r(e), v.type.dtype, ct) for r, v in zip(readers, ins)]  # noqa: E731
+            extra = [literal(op.attrs["scalar"], ct)] if "scalar" in op.attrs else []
+            self.write(out, ch, dd, lambda e: convert(apply(fn, args(e) + extra, ct), ct, out.type.dtype), "ov")
+
+        self.chunk_loop(shape_of(out), d, body)
+
+    def op_reduce(self, op: Op, d: int) -> None:
+        """Each output element is reduced by a group of `lanes` threads (a power of two that fits
+        in a warp): strided partial results, then xor shuffles inside the group."""
+        src, dst = op.operands
+        axis, fn = op.attrs["axis"], op.attrs["fn"]
+        ct = compute_dtype(dst.type.dtype)
+        ctype = C_TYPES[ct]
+        sshape, dshape = shape_of(src), shape_of(dst)
+        n_out, length = numel(dshape), sshape[axis]
+        lanes = 1
+        if self.threads % 32 == 0:
+            while lanes < 32 and lanes * 2 <= length and n_out * lanes * 2 <= self.threads:
+                lanes *= 2
+        groups = self.threads // lanes
+        self.line(d, "{")
+        self.line(d + 1, f"// {n_out} output(s), {lanes} thread(s) each, {length} elements along axis {axis}")
+        self.line(d + 1, f"for (int o_base = 0; o_base < {n_out}; o_base += {groups}) {{")
+        b = d + 2
+        self.line(b, f"const int oi = o_base + tid / {lanes}, part = tid % {lanes};" if lanes > 1 else
+                  "const int oi = o_base + tid, part = 0;")
+        self.line(b, f"{ctype} red = {identity(fn, ct)};")
+        self.line(b, f"if (oi < {n_out}) {{")
+        idx, rest = [], "oi"
+        for k in range(len(dshape) - 1, -1, -1):  # output index, innermost dim first
+            if k == axis or dshape[k] == 1:
+                idx.append("0")
+                continue
+            idx.append(f"{rest} % {dshape[k]}" if k else rest)
+            rest = f"{rest} / {dshape[k]}"
+        idx = idx[::-1]
+        src_idx = [("kk" if k == axis else i) for k, i in enumerate(idx)]
+        elem = convert(f"{self.name(src)}[{self.smem_offset(src, src_idx)}]", src.type.dtype, ct)
+        self.line(b + 1, f"for (int kk = part; kk < {length}; kk += {lanes}) red = {combine(fn, 'red', elem, ct)};")
+        self.line(b, "}")
+        if lanes > 1:
+            self.line(b, "#pragma unroll")
+            self.line(b, f"for (int sh = {lanes // 2}; sh > 0; sh /= 2) "
+                      f"red = {combine(fn, 'red', '__shfl_xor_sync(0xffffffffu, red, sh)', ct)};")
+        target = f"{self.name(dst)}[{self.smem_offset(dst, idx)}]"
+        value = "red"
+        if op.attrs.get("accumulate"):
+            value = combine(fn, convert(target, dst.type.dtype, ct), "red", ct)
+        self.line(b, f"if (oi < {n_out} && part == 0) {target} = {convert(value, ct, dst.type.dtype)};")
+        self.line(d + 1, "}")
+        self.line(d, "}")

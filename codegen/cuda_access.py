@@ -1,0 +1,301 @@
+"""CUDA backend: chunk loops and element access to global, shared and register tiles; tile.copy.
+
+A *chunk loop* walks a tile in chunks of V consecutive elements of its last dim (V from
+codegen/cuda_plan.chunk_width); chunk c goes to thread c % threads, so every chunk loop over the
+same shape gives each thread the same elements (this is what lets register tiles live in
+registers). Global accesses move whole chunks in 16-byte (or narrower) words when the tensor's
+row length and the tile's column offset are multiples of V; guards on `checked` dims read zeros
+and drop writes outside the tensor, per chunk when the chunk is all in or all out, else per
+element. Global -> shared copies in pipelined loops use cp.async with zero-fill.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dsl import exprs
+from codegen.cuda_plan import chunk_width, known_multiple, numel, shape_of
+from codegen.cuda_prelude import C_TYPES, SIZES, convert
+
+
+@dataclass
+class Chunk:
+    """The chunk a thread handles in one trip of a chunk loop."""
+
+    shape: tuple[int, ...]
+    width: int  # V
+    idx: list[str]  # tile index of the chunk's first element, per dim (C expressions)
+    reg_base: str  # register-array index of element 0: "" or "it * V + "
+
+    def reg(self, name: str, e: str = "e") -> str:
+        return f"{name}[{self.reg_base}{e}]"
+
+
+@dataclass
+class GlobalChunk:
+    """Where a chunk of a tile falls in a global tensor, and how to move it."""
+
+    ptr: str  # C expression: address of the chunk's first element
+    base: str  # the tensor's pointer (a valid address for zero-fill cp.async)
+    cond: str  # whole-chunk guard ("" when none)
+    elem_cond: object  # None, or e -> per-element guard
+    word: int  # bytes per access
+
+
+def _add(a: str, b: str) -> str:
+    if a == "0":
+        return b
+    if b == "0":
+        return a
+    return f"{a} + {b}"
+
+
+class AccessMixin:
+    """Chunk loops, element access and tile.copy; mixed into codegen/cuda._Emitter."""
+
+    # ---- chunk loops ------------------------------------------------------------------------
+    def chunk_loop(self, shape, d: int, body) -> None:
+        """Emit a loop over the chunks of a tile of `shape`; `body(chunk, depth)` emits one chunk."""
+        v = chunk_width(shape)
+        n = numel(shape) // v
+        per = -(-n // self.threads)
+        reg_base = "" if per == 1 else f"it * {v} + "
+        inner = d + 1 + (1 if n % self.threads else 0)
+        decls, idx = self._chunk_indices(shape, v)
+        saved, self.lines = self.lines, []
+        body(Chunk(tuple(shape), v, idx, reg_base), inner)
+        body_lines, self.lines = self.lines, saved
+        text = "\n".join(body_lines)
+        used = [(name, expr) for name, expr in decls if re.search(rf"\b{name}\b", text)]
+        if per == 1:
+            self.line(d, "{")
+            if used or n % self.threads:
+                self.line(d + 1, "const int ch = tid;")
+        else:
+            self.line(d, "#pragma unroll")
+            self.line(d, f"for (int it = 0; it < {per}; ++it) {{")
+            if used or n % self.threads:
+                self.line(d + 1, "const int ch = it * THREADS + tid;")
+        if n % self.threads:
+            self.line(d + 1, f"if (ch < {n}) {{")
+        for name, expr in used:  # declare only the indices the body uses
+            self.line(inner, f"const int {name} = {expr};")
+        self.lines.extend(body_lines)
+        for depth in range(inner - 1, d - 1, -1):
+            self.line(depth, "}")
+
+    def _chunk_indices(self, shape, v: int) -> tuple[list[tuple[str, str]], list[str]]:
+        """(declarations, tile index per dim) of the first element of chunk `ch`."""
+        rank = len(shape)
+        per_row = shape[-1] // v
+        if rank == 1:
+            return [("col", "ch" + (f" * {v}" if v > 1 else ""))], ["col"]
+        decls = []
+        col = "0"
+        if per_row > 1:
+            decls.append(("col", f"ch % {per_row}" + (f" * {v}" if v > 1 else "")))
+            col = "col"
+        rest = "ch" if per_row == 1 else f"ch / {per_row}"
+        names = ["row"] if rank == 2 else [f"r{k}" for k in range(rank - 1)]
+        idx = []
+        for k in range(rank - 2, -1, -1):  # innermost row dim first
+            n = shape[k]
+            if n == 1:
+                idx.append("0")
+                continue
+            expr = rest if all(m == 1 for m in shape[:k]) else f"{'(' + rest + ')' if ' ' in rest else rest} % {n}"
+            decls.append((names[k], expr))
+            idx.append(names[k])
+            rest = f"{rest} / {n}"
+        return decls[::-1], idx[::-1] + [col]
+
+    # ---- shared tiles -----------------------------------------------------------------------
+    def smem_offset(self, v, idx: list[str]) -> str:
+        """Element offset in shared tile `v` of tile index `idx` (dims of size 1 read index 0)."""
+        buf = self.plan.smem[id(v)]
+        shape = shape_of(v)
+        strides, s = [], 1
+        for k in range(len(shape) - 1, -1, -1):
+            strides.append(s)
+            s *= buf.pitch if k == len(shape) - 1 else shape[k]
+        strides = strides[::-1]
+        terms = []
+        slot = self.slot.get(id(v))
+        if slot is not None:
+            terms.append(f"{slot} * {buf.slot_elems}")
+        for i, n, st in zip(idx, shape, strides):
+            if n == 1 or i == "0":
+                continue
+            terms.append(i if st == 1 else f"{i} * {st}")
+        return " + ".join(terms) or "0"
+
+    def smem_word(self, v, width: int) -> int:
+        """Bytes per access for a chunk of `width` elements of shared tile `v` (alignment-safe)."""
+        size = SIZES[v.type.dtype]
+        word = min(16, width * size)
+        pitch_bytes = self.plan.smem[id(v)].pitch * size
+        while word > size and pitch_bytes % word:
+            word //= 2
+        return word
+
+    def read(self, v, ch: Chunk, d: int, tmp: str):
+        """Make the chunk of tile `v` (registers or shared, possibly broadcast) readable;
+        returns e -> C expression of element e in v's dtype."""
+        where = self.plan.where(v)
+        shape = shape_of(v)
+        if where == "regs":
+            return lambda e: ch.reg(self.name(v), e)
+        idx = [("0" if n == 1 else i) for i, n in zip(ch.idx, shape)]
+        off = self.smem_offset(v, idx)
+        ctype = C_TYPES[v.type.dtype]
+        if shape[-1] == 1 and ch.width > 1:  # broadcast along the last dim: one element
+            self.line(d, f"const {ctype} {tmp} = {self.name(v)}[{off}];")
+            return lambda e: tmp
+        word = self.smem_word(v, ch.width)
+        self.line(d, f"alignas(16) {ctype} {tmp}[{ch.width}];")
+        self.line(d, f"tk_load<{word}>({tmp}, &{self.name(v)}[{off}]);")
+        return lambda e: f"{tmp}[{e}]"
+
+    def write(self, v, ch: Chunk, d: int, value, tmp: str) -> None:
+        """Store e -> `value(e)` (C expressions in v's dtype) into the chunk of tile `v`."""
+        if self.plan.where(v) == "regs":
+            self.elem_loop(d, f"{ch.reg(self.name(v))} = {value('e')};", ch.width)
+            return
+        ctype = C_TYPES[v.type.dtype]
+        self.line(d, f"alignas(16) {ctype} {tmp}[{ch.width}];")
+        self.elem_loop(d, f"{tmp}[e] = {value('e')};", ch.width)
+        word = self.smem_word(v, ch.width)
+        self.line(d, f"tk_store<{word}>(&{self.name(v)}[{self.smem_offset(v, ch.idx)}], {tmp});")
+
+    def elem_loop(self, d: int, stmt: str, width: int) -> None:
+        """`stmt` for every element e of a chunk of `width` elements."""
+        if width == 1:
+            self.line(d, f"{{ const int e = 0; {stmt} }}")
+            return
+        self.line(d, "#pragma unroll")
+        self.line(d, f"for (int e = 0; e < {width}; ++e) {stmt}")
+
+    # ---- global tensors ---------------------------------------------------------------------
+    def global_chunk(self, op, tensor, side: str, idx: list[str], width: int) -> GlobalChunk:
+        """The chunk at tile index `idx` of the tile `op` copies to/from `tensor` (`side` is
+        "src" or "dst": which offsets apply)."""
+        texts = op.attrs[f"{side}_offsets"]
+        dims = shape_of(tensor)
+        checked = op.attrs.get("checked", [True] * len(dims))
+        size = SIZES[tensor.type.dtype]
+        g = [_add(self.cexpr(t), i) for t, i in zip(texts, idx)]
+        vec = dims[-1] % width == 0 and known_multiple(exprs.parse(texts[-1])) % width == 0
+        conds = []
+        for k, (gk, n, chk) in enumerate(zip(g, dims, checked)):
+            if not chk or (k == len(dims) - 1 and not vec):
+                continue
+            if self.may_be_negative(texts[k]):
+                conds.append(f"{gk} >= 0")
+            conds.append(f"{gk} < {n}")
+        elem_cond = None
+        if not vec and checked[-1]:
+            neg = self.may_be_negative(texts[-1])
+
+            def elem_cond(e, at=g[-1], n=dims[-1], neg=neg):
+                return (f"{at} + {e} >= 0 && " if neg else "") + f"{at} + {e} < {n}"
+        terms, stride = [], 1
+        for k in range(len(dims) - 1, -1, -1):
+            gk = g[k]
+            if k == 0 and numel(dims) >= 2**31:
+                gk = f"static_cast<int64_t>({gk})"
+            elif stride != 1 and " " in gk:
+                gk = f"({gk})"
+            if gk != "0":
+                terms.append(gk if stride == 1 else f"{gk} * {stride}")
+            stride *= dims[k]
+        lin = " + ".join(reversed(terms)) or "0"
+        word = min(16, width * size) if vec else size
+        name = self.name(tensor)
+        return GlobalChunk(f"&{name}[{lin}]", name, " && ".join(conds), elem_cond, word)
+
+    def may_be_negative(self, text: str) -> bool:
+        try:
+            return exprs.bounds(exprs.parse(text), self.ranges)[0] < 0
+        except exprs.ExprError:
+            return True
+
+    # ---- tile.copy --------------------------------------------------------------------------
+    def op_copy(self, op, d: int) -> None:
+        src, dst = op.operands
+        ws, wd = self.plan.where(src), self.plan.where(dst)
+        if ws == "wmma":
+            self.wmma_copy_out(op, d)
+        elif ws == "global":
+            self.chunk_loop(shape_of(dst), d, lambda ch, dd: self.load_chunk(op, ch, dd, async_=False))
+        elif wd == "global":
+            self.chunk_loop(shape_of(src), d, lambda ch, dd: self.store_chunk(op, ch, dd))
+        else:
+            def body(ch, dd):
+                x = self.read(src, ch, dd, "sv")
+                self.write(dst, ch, dd, lambda e: convert(x(e), src.type.dtype, dst.type.dtype), "ov")
+
+            self.chunk_loop(shape_of(dst), d, body)
+
+    def can_cp_async(self, op) -> bool:
+        """Whether the global -> shared copy `op` can go through cp.async: same dtype, whole
+        chunks of 4, 8 or 16-byte words."""
+        src, dst = op.operands
+        if src.type.dtype != dst.type.dtype or self.plan.where(dst) != "shared":
+            return False
+        shape = shape_of(dst)
+        width = chunk_width(shape)
+        texts = op.attrs["src_offsets"]
+        size = SIZES[src.type.dtype]
+        vec = shape_of(src)[-1] % width == 0 and known_multiple(exprs.parse(texts[-1])) % width == 0
+        return vec and width * size >= 4 and self.smem_word(dst, width) == min(16, width * size)
+
+    def load_chunk(self, op, ch: Chunk, d: int, async_: bool) -> None:
+        src, dst = op.operands
+        gc = self.global_chunk(op, src, "src", ch.idx, ch.width)
+        stype, size = C_TYPES[src.type.dtype], SIZES[src.type.dtype]
+        if async_:
+            soff = self.smem_offset(dst, ch.idx)
+            per = gc.word // size
+            if gc.cond:
+                self.line(d, f"const bool ok = {gc.cond};")
+            for k in range(ch.width * size // gc.word):
+                s_at = f"&{self.name(dst)}[{soff}{f' + {k * per}' if k else ''}]"
+                g_at = gc.ptr if not k else f"{gc.ptr} + {k * per}"
+                if gc.cond:
+                    self.line(d, f"tk_cp_async<{gc.word}>({s_at}, ok ? {g_at} : {gc.base}, ok);")
+                else:
+                    self.line(d, f"tk_cp_async<{gc.word}>({s_at}, {g_at}, true);")
+            return
+        zero = " = {}" if (gc.cond or gc.elem_cond) else ""
+        self.line(d, f"alignas(16) {stype} gv[{ch.width}]{zero};")
+        if gc.elem_cond:
+            pre = f"if ({gc.cond}) " if gc.cond else ""
+            self.line(d, f"{pre}{{")
+            self.elem_loop(d + 1, f"if ({gc.elem_cond('e')}) gv[e] = ({gc.ptr})[e];", ch.width)
+            self.line(d, "}")
+        else:
+            load = f"tk_load<{gc.word}>(gv, {gc.ptr});"
+            self.line(d, f"if ({gc.cond}) {load}" if gc.cond else load)
+        self.write(dst, ch, d, lambda e: convert(f"gv[{e}]", src.type.dtype, dst.type.dtype), "ov")
+
+    def store_chunk(self, op, ch: Chunk, d: int) -> None:
+        src, dst = op.operands
+        x = self.read(src, ch, d, "sv")
+        self.store_global(op, dst, ch.idx, ch.width, lambda e: convert(x(e), src.type.dtype, dst.type.dtype), d)
+
+    def store_global(self, op, tensor, idx: list[str], width: int, value, d: int) -> None:
+        """Write e -> `value(e)` (in the tensor's dtype) to the chunk of `tensor` at tile index
+        `idx` of `op`'s tile, dropping elements outside the tensor."""
+        gc = self.global_chunk(op, tensor, "dst", idx, width)
+        ttype = C_TYPES[tensor.type.dtype]
+        self.line(d, f"alignas(16) {ttype} ov[{width}];")
+        self.elem_loop(d, f"ov[e] = {value('e')};", width)
+        if gc.elem_cond:
+            pre = f"if ({gc.cond}) " if gc.cond else ""
+            self.line(d, f"{pre}{{")
+            self.elem_loop(d + 1, f"if ({gc.elem_cond('e')}) ({gc.ptr})[e] = ov[e];", width)
+            self.line(d, "}")
+            return
+        store = f"tk_store<{gc.word}>({gc.ptr}, ov);"
+        self.line(d, f"if ({gc.cond}) {store}" if gc.cond else store)

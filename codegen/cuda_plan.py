@@ -1,0 +1,299 @@
+"""CUDA backend planning: where each tile lives, the shared-memory layout, and barriers.
+
+Placement of register tiles (`frag`/`local`), decided from every op that touches the tile:
+
+* `regs`: distributed over the block's threads in *chunks* (V consecutive elements of the last
+  dim; chunk c belongs to thread c % threads). Every op that iterates over a tile of the same
+  shape uses the same chunk -> thread map, so a tile can live in registers exactly when every
+  op touching it iterates over its own shape: fill, copies, elementwise outputs and same-shape
+  inputs, the accumulator of a SIMT gemm.
+* `wmma`: the accumulator of tensor-core gemms, held as WMMA accumulator fragments split over
+  the warps; allowed when the tile is only filled, accumulated into by WMMA gemms and copied out
+  to a global tensor or a shared tile.
+* `shared`: everything else (reduction operands, broadcast inputs, gemm operands) is kept in
+  shared memory, which any thread can read.
+
+Barriers: `SyncState` records, per shared buffer, the accesses since the last `__syncthreads()`
+with the thread map that made them; an access that conflicts with one made under a different
+map (at least one of the two a write) needs a barrier first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from dsl import exprs
+from dsl.ir import Module, Op, Value
+from codegen.cuda_prelude import SIZES, WMMA_DTYPES
+
+SMEM_ALIGN = 128  # bytes; WMMA needs 32, cp.async 16
+WMMA_SCRATCH_PITCH = 20  # floats per row of a warp's 16x16 f32 staging tile (16 + 4 of padding)
+OTHER = "other"  # a thread map that matches no other: always needs a barrier against writes
+
+
+def shape_of(v: Value) -> tuple[int, ...]:
+    return v.type.concrete_shape({})
+
+
+def numel(shape) -> int:
+    return math.prod(shape)
+
+
+def chunk_width(shape) -> int:
+    """V: elements per chunk for tiles of `shape` (largest of 8, 4, 2, 1 dividing the last dim)."""
+    last = shape[-1]
+    return next(v for v in (8, 4, 2, 1) if last % v == 0)
+
+
+def chunk_map(shape) -> tuple:
+    """The thread map of a chunk loop over `shape` (equal maps touch the same elements per thread)."""
+    return ("chunk", tuple(shape))
+
+
+@dataclass
+class GemmPlan:
+    """How one tile.gemm runs: `wmma` (16x16x16 tensor-core tiles) or `simt`, and its warp split."""
+
+    kind: str
+    mb: int = 0  # 16-row blocks of the output
+    nb: int = 0  # 16-column blocks
+    wm: int = 1  # warps along M
+    wn: int = 1  # warps along N
+    fm: int = 0  # fragments per warp along M
+    fn: int = 0  # fragments per warp along N
+
+
+def warp_split(mb: int, nb: int, warps: int) -> tuple[int, int, int, int]:
+    """(wm, wn, fm, fn): warps as wm x wn, each owning fm x fn output fragments; fewest fragments
+    per warp first, then fewest operand fragments loaded per k step (fm + fn)."""
+    best = None
+    for wm in range(1, warps + 1):
+        if warps % wm:
+            continue
+        wn = warps // wm
+        fm, fn = -(-mb // wm), -(-nb // wn)
+        key = (fm * fn, fm + fn, abs(wm - wn))
+        if best is None or key < best[0]:
+            best = (key, (wm, wn, fm, fn))
+    return best[1]
+
+
+@dataclass
+class SmemBuffer:
+    value: Value
+    pitch: int  # elements per row (last dim plus padding)
+    slots: int  # pipeline stages
+    offset: int = 0  # bytes from the start of dynamic shared memory
+
+    @property
+    def slot_elems(self) -> int:
+        """Elements from one pipeline stage's copy to the next (a multiple of 128 bytes)."""
+        shape = shape_of(self.value)
+        n = numel(shape[:-1]) * self.pitch
+        if self.slots == 1:
+            return n
+        unit = max(1, SMEM_ALIGN // SIZES[self.value.type.dtype])
+        return -(-n // unit) * unit
+
+    @property
+    def nbytes(self) -> int:
+        return self.slot_elems * SIZES[self.value.type.dtype] * self.slots
+
+
+@dataclass
+class Plan:
+    threads: int
+    placement: dict[int, str] = field(default_factory=dict)  # id(value) -> regs | wmma | shared
+    gemms: dict[int, GemmPlan] = field(default_factory=dict)  # id(op) -> plan
+    acc_split: dict[int, GemmPlan] = field(default_factory=dict)  # id(wmma tile) -> its warp split
+    smem: dict[int, SmemBuffer] = field(default_factory=dict)  # id(value) -> buffer
+    order: list[SmemBuffer] = field(default_factory=list)
+    scratch_offset: int = -1  # bytes; >= 0 when warps need WMMA staging tiles
+    total_smem: int = 0
+    moved_to_shared: list[Op] = field(default_factory=list)  # register tiles the plan keeps in smem
+
+    @property
+    def warps(self) -> int:
+        return self.threads // 32
+
+    def where(self, v: Value) -> str:
+        if v.type.space == "global":
+            return "global"
+        if v.type.space == "shared":
+            return "shared"
+        return self.placement[id(v)]
+
+
+def plan_gemm(op: Op, threads: int) -> GemmPlan:
+    a, b, acc = op.operands
+    (m, k), n = shape_of(a), shape_of(b)[1]
+    ok = (a.type.dtype in WMMA_DTYPES and b.type.dtype == a.type.dtype and acc.type.dtype == "f32"
+          and m % 16 == 0 and n % 16 == 0 and k % 16 == 0 and threads % 32 == 0)
+    if not ok:
+        return GemmPlan("simt")
+    wm, wn, fm, fn = warp_split(m // 16, n // 16, threads // 32)
+    return GemmPlan("wmma", m // 16, n // 16, wm, wn, fm, fn)
+
+
+def make_plan(module: Module, launch: Op, threads: int) -> Plan:
+    plan = Plan(threads)
+    allocs = [op for op in launch.walk() if op.name == "tile.alloc"]
+    uses: dict[int, list[tuple[Op, str]]] = {id(a.result): [] for a in allocs}
+    for op in launch.walk():
+        if op.name == "tile.gemm":
+            plan.gemms[id(op)] = plan_gemm(op, threads)
+        for role, v in _roles(op):
+            if id(v) in uses:
+                uses[id(v)].append((op, role))
+    for a in allocs:
+        v = a.result
+        if v.type.space == "shared":
+            continue
+        roles = uses[id(v)]
+        if _wmma_ok(plan, v, roles):
+            plan.placement[id(v)] = "wmma"
+            gemm = next(op for op, role in roles if role == "acc")
+            plan.acc_split[id(v)] = plan.gemms[id(gemm)]
+        elif all(_register_ok(v, op, role, plan) for op, role in roles):
+            plan.placement[id(v)] = "regs"
+        else:
+            plan.placement[id(v)] = "shared"
+            plan.moved_to_shared.append(a)
+    _layout(plan, allocs, uses)
+    return plan
+
+
+def _roles(op: Op):
+    """(role, value) for every tile operand of `op`."""
+    if op.name == "tile.fill":
+        yield "fill", op.operands[0]
+    elif op.name == "tile.copy":
+        yield "src", op.operands[0]
+        yield "dst", op.operands[1]
+    elif op.name == "tile.elementwise":
+        out = op.operands[-1]
+        for v in op.operands[:-1]:
+            yield ("in" if shape_of(v) == shape_of(out) else "bcast"), v
+        yield "out", out
+    elif op.name == "tile.reduce":
+        yield "rsrc", op.operands[0]
+        yield "rdst", op.operands[1]
+    elif op.name == "tile.peer_copy":  # reads the peer's instance: no constraint on the local tile
+        yield "peer", op.operands[0]
+        yield "dst", op.operands[1]
+    elif op.name == "tile.gemm":
+        yield "a", op.operands[0]
+        yield "b", op.operands[1]
+        yield "acc", op.operands[2]
+    else:
+        for v in op.operands:
+            yield "other", v
+
+
+def _wmma_ok(plan: Plan, v: Value, roles) -> bool:
+    accs = [op for op, role in roles if role == "acc"]
+    if not accs or any(plan.gemms[id(op)].kind != "wmma" for op in accs):
+        return False
+    for op, role in roles:
+        if role == "fill" or role == "acc":
+            continue
+        if role == "src" and op.operands[1].type.space in ("global", "shared"):
+            continue
+        return False
+    return True
+
+
+def _register_ok(v: Value, op: Op, role: str, plan: Plan) -> bool:
+    if role in ("fill", "src", "dst", "in", "out"):
+        return True
+    return role == "acc" and plan.gemms[id(op)].kind == "simt"
+
+
+def _pitch(v: Value, uses) -> int:
+    """Row pitch in elements: rows of WMMA operand tiles whose bytes are a multiple of 128 get
+    16 bytes of padding, so that the 8 rows a fragment load reads fall in different banks."""
+    shape, size = shape_of(v), SIZES[v.type.dtype]
+    last = shape[-1]
+    wmma_operand = any(role in ("a", "b", "acc") and plan_kind == "wmma" for role, plan_kind in uses)
+    if wmma_operand and len(shape) >= 2 and (last * size) % 128 == 0:
+        return last + 16 // size
+    return last
+
+
+def _layout(plan: Plan, allocs: list[Op], uses) -> None:
+    offset = 0
+    for a in allocs:
+        v = a.result
+        if plan.where(v) != "shared":
+            continue
+        kinds = [(role, plan.gemms[id(op)].kind if op.name == "tile.gemm" else "") for op, role in uses[id(v)]]
+        buf = SmemBuffer(v, _pitch(v, kinds), int(a.attrs.get("stages", 1)))
+        buf.offset = offset
+        offset += -(-buf.nbytes // SMEM_ALIGN) * SMEM_ALIGN
+        plan.smem[id(v)] = buf
+        plan.order.append(buf)
+    wmma_out = any(plan.placement.get(id(a.result)) == "wmma" for a in allocs)
+    if wmma_out:
+        plan.scratch_offset = offset
+        offset += plan.warps * 16 * WMMA_SCRATCH_PITCH * 4
+    plan.total_smem = offset
+
+
+# ---- barriers --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Access:
+    buf: int  # id of the shared buffer's value
+    write: bool
+    tmap: object  # chunk_map(shape) or OTHER
+
+
+class SyncState:
+    """Shared-memory accesses since the last `__syncthreads()` (see module docstring)."""
+
+    def __init__(self, pending: frozenset = frozenset()):
+        self.pending = set(pending)
+
+    def copy(self) -> "SyncState":
+        return SyncState(frozenset(self.pending))
+
+    def conflicts(self, accesses: list[Access]) -> bool:
+        for new in accesses:
+            for old in self.pending:
+                if old.buf != new.buf or not (old.write or new.write):
+                    continue
+                if old.tmap == OTHER or new.tmap == OTHER or old.tmap != new.tmap:
+                    return True
+        return False
+
+    def add(self, accesses: list[Access]) -> None:
+        self.pending.update(accesses)
+
+    def clear(self) -> None:
+        self.pending.clear()
+
+    def merge(self, other: "SyncState") -> None:
+        self.pending |= other.pending
+
+    def key(self) -> frozenset:
+        return frozenset(self.pending)
+
+
+# ---- index expressions -----------------------------------------------------------------------
+
+def known_multiple(e: exprs.Expr) -> int:
+    """A number the value of `e` is always a multiple of (0: `e` is always 0)."""
+    if isinstance(e, exprs.Num):
+        return abs(e.value)
+    if isinstance(e, exprs.Sym):
+        return 1
+    if isinstance(e, exprs.Call):
+        if e.fn in ("min", "max"):
+            return math.gcd(known_multiple(e.args[0]), known_multiple(e.args[1]))
+        return 1
+    if e.op == "*":
+        return known_multiple(e.a) * known_multiple(e.b)
+    if e.op in ("+", "-"):
+        return math.gcd(known_multiple(e.a), known_multiple(e.b))
+    return 1

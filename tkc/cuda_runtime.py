@@ -1,0 +1,176 @@
+"""Building and launching CUDA-backend kernels (target `cuda`) on torch tensors.
+
+`build(artifact, cache)` compiles the generated translation unit (codegen/cuda.py) with nvcc
+(`-arch=sm_90a -cubin -O3`; sm_XY for other GPUs) into the artifact's cache entry directory,
+next to the source, and reuses the cubin on later builds (the file name carries the arch and a
+hash of `nvcc --version`, and is written atomically). Without nvcc it falls back to NVRTC
+through CuPy. The cubin is loaded with CuPy (`cupy.RawModule`), the dynamic shared memory limit
+is raised when the kernel needs more than 48 KiB, and the returned callable launches on the
+current torch CUDA stream with the tensors' data pointers: it takes every argument tensor
+(inputs, then outputs), like the TileLang path of tkc/runtime.py. Thread-block clusters are
+compiled into the kernel (`__cluster_dims__`), so a plain launch forms them.
+
+CuPy (`cupy-cuda13x`) and torch are imported lazily: this module imports on machines without
+either.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+from codegen import cuda as cuda_codegen
+from dsl.ir import print_module
+from tkc import driver
+from tkc.cache import Cache, cache_key
+from tkc.runtime import BackendError, Kernel
+
+TARGET = "cuda"
+SOURCE = "kernel.cu"
+NVCC_FLAGS = ("-cubin", "-O3")
+DEFAULT_SMEM = 48 * 1024  # bytes a kernel may use without the opt-in attribute
+
+
+def nvcc_path() -> str | None:
+    """nvcc on PATH, else under $CUDA_HOME / $CUDA_PATH or /usr/local/cuda."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and os.path.isfile(os.path.join(root, "bin", "nvcc")):
+            return os.path.join(root, "bin", "nvcc")
+    return None
+
+
+@functools.lru_cache(maxsize=4)
+def nvcc_version(nvcc: str) -> str:
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
+    return hashlib.sha256(out.stdout.encode()).hexdigest()[:12]
+
+
+def device_arch(index: int) -> str:
+    """`sm_90a` on Hopper (the backend's reference target), else `sm_XY` of the device."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(index)
+    return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+
+
+def compile_cubin(source_path: str, arch: str) -> str:
+    """The cubin of `source_path` for `arch`, compiled once into the same directory."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise FileNotFoundError("nvcc")
+    folder = os.path.dirname(source_path)
+    cubin = os.path.join(folder, f"kernel.{arch}.{nvcc_version(nvcc)}.cubin")
+    if os.path.isfile(cubin):
+        return cubin
+    fd, tmp = tempfile.mkstemp(prefix=".kernel-", suffix=".cubin", dir=folder)
+    os.close(fd)
+    try:
+        cmd = [nvcc, f"-arch={arch}", *NVCC_FLAGS, "-o", tmp, source_path]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            log = (proc.stderr or proc.stdout).strip().splitlines()
+            raise BackendError(f"nvcc failed on generated CUDA ({source_path}): " + " | ".join(log[-6:]))
+        os.replace(tmp, cubin)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return cubin
+
+
+class CudaLaunch:
+    """A compiled CUDA-backend kernel: call it with every argument tensor (inputs then outputs)."""
+
+    def __init__(self, source_path: str, source: str):
+        self.source_path, self.source = source_path, source
+        config = cuda_codegen.launch_config(source)
+        self.name = config["kernel"]
+        self.grid = tuple(config["grid"])
+        self.block = tuple(config["block"])
+        self.smem = int(config["smem_bytes"])
+        self._functions: dict[int, object] = {}  # device index -> cupy RawKernel
+
+    def function(self, index: int):
+        if index not in self._functions:
+            import cupy
+
+            arch = device_arch(index)
+            with cupy.cuda.Device(index):
+                try:
+                    module = cupy.RawModule(path=compile_cubin(self.source_path, arch))
+                except FileNotFoundError:  # no nvcc on this machine: NVRTC through CuPy
+                    module = cupy.RawModule(code=self.source, backend="nvrtc",
+                                            options=(f"--gpu-architecture={arch}", "--std=c++17"))
+                fn = module.get_function(self.name)
+                if self.smem > DEFAULT_SMEM:
+                    fn.max_dynamic_shared_size_bytes = self.smem
+            self._functions[index] = fn
+        return self._functions[index]
+
+    def __call__(self, *tensors) -> None:
+        import cupy
+        import numpy
+        import torch
+
+        device = tensors[0].device
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        fn = self.function(index)
+        args, keep = [], []
+        for t in tensors:
+            if not t.is_cuda:
+                raise ValueError(f"target `cuda` needs CUDA tensors, got one on {t.device}")
+            if t.data_ptr() % 16:  # vectorized accesses need 16-byte alignment: copy a sliced input view
+                t = t.clone()  # (outputs are allocated fresh by tkc.runtime.Kernel, always aligned)
+                keep.append(t)
+            args.append(numpy.uint64(t.data_ptr()))
+        stream = torch.cuda.current_stream(index).cuda_stream
+        with cupy.cuda.Device(index), cupy.cuda.ExternalStream(stream, index):
+            fn(self.grid, self.block, tuple(args), shared_mem=self.smem)
+
+
+def build(artifact: driver.Artifact, cache: Cache | None = None) -> CudaLaunch:
+    """A launchable kernel for a `cuda` artifact (compiled on the first call on each device)."""
+    path = os.path.join(artifact.entry, SOURCE)
+    if not os.path.isfile(path):  # the cache entry lost its file: write the source back
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(artifact.source)
+    return CudaLaunch(path, artifact.source)
+
+
+def compile_file(path: str, overrides: dict[str, int] | None = None, cache: Cache | None = None) -> driver.Artifact:
+    """Compile `path` for target `cuda` through the driver when it knows the target, else the
+    same way here (default pipeline, codegen/cuda.py, the on-disk cache)."""
+    cache = cache or Cache()
+    if TARGET in driver.TARGETS:
+        return driver.compile_file(path, TARGET, overrides, cache)
+    module = driver.optimize(driver.frontend(path, dict(overrides or {})), "tilelang")
+    ir_text = print_module(module)
+    key = cache_key(ir_text, TARGET)
+    files = cache.get(key)
+    if files is not None and SOURCE in files:
+        return driver.Artifact(TARGET, files[SOURCE], key, cache.path(key), True, ir_text, module)
+    source = cuda_codegen.emit(module)
+    entry = cache.put(key, {SOURCE: source, driver.IR_FILE: ir_text}, TARGET)
+    return driver.Artifact(TARGET, source, key, entry, False, ir_text, module)
+
+
+class CudaKernel(Kernel):
+    """tkc.runtime.Kernel for target `cuda` (used until tkc.compile knows the target)."""
+
+    def specialize(self, dims: dict[str, int]):
+        key = tuple(sorted(dims.items()))
+        if key not in self._built:
+            artifact = compile_file(self.path, {**self.consts, **dims}, self.cache)
+            self._built[key] = (artifact, build(artifact, self.cache))
+        return self._built[key]
+
+
+def compile(path: str, cache_dir: str | None = None, **consts: int) -> Kernel:
+    """`tkc.compile(path, target="cuda", ...)`: a callable on torch CUDA tensors."""
+    return CudaKernel(path, TARGET, consts, Cache(cache_dir) if cache_dir else None)
