@@ -1,0 +1,136 @@
+"""Every example and test program through the CUDA C++ backend (target `cuda`) on the GPU: against
+the torch reference on hypothesis-drawn shapes and schedules, and against the `tilelang` backend
+on the same inputs. The MiSS shapes and tolerances are those of tests/gpu/test_gpu_miss.py
+(relative error max |out - ref| / max |ref| under 1e-2, no NaN or Inf); the cluster examples run
+at 1 to 2048 clusters, three times each (a race shows as a result that changes between runs).
+Run on the device machine: `python3 -m pytest --hypothesis-profile=gpu tests/gpu`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+from hypothesis import example, given, note, settings
+from hypothesis import strategies as st
+
+import tkc
+from profiles import examples
+from tkc import check, cuda_runtime, driver
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_gpu_miss as miss_gpu  # noqa: E402  (shapes, references and TileLang kernels of the MiSS tests)
+
+pytestmark = pytest.mark.gpu
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROGRAMS = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "tests", "programs")) if f.endswith(".tk"))
+RTOL = 1e-2
+_KERNELS: dict[tuple, object] = {}
+
+
+def cuda_kernel(path: str, **consts: int):
+    key = (path, tuple(sorted(consts.items())))
+    if key not in _KERNELS:
+        if cuda_runtime.TARGET in driver.TARGETS:
+            _KERNELS[key] = tkc.compile(path, target="cuda", **consts)
+        else:  # until the driver registers the target
+            _KERNELS[key] = cuda_runtime.compile(path, **consts)
+    return _KERNELS[key]
+
+
+def miss_inputs(dims: dict[str, int], seed: int):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(dims["M"], dims["K"], device="cuda", generator=gen).half()
+    b = torch.randn(dims["R"], dims["N"], device="cuda", generator=gen).half()
+    return a, b
+
+
+def run_miss(name: str, dims: dict[str, int], seed: int, **consts: int) -> torch.Tensor:
+    a, b = miss_inputs(dims, seed)
+    out = cuda_kernel(miss_gpu.path_of(name), **consts)(a, b)
+    torch.cuda.synchronize()
+    assert out.is_cuda and out.dtype == torch.float16 and out.shape == (dims["M"], dims["N"])
+    assert torch.isfinite(out).all(), "NaN/Inf in the output"
+    ref = miss_gpu.reference(name, dims, a, b)
+    err = check.rel_error(out, ref)
+    assert err < RTOL, f"relative error {err:.3e}"
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(miss_gpu.SPECS))
+@settings(max_examples=examples(4, 20, 6), deadline=None)
+@given(data=st.data())
+def test_miss_examples_match_torch(name, data):
+    dims, seed = data.draw(miss_gpu.problems(name))
+    run_miss(name, dims, seed)
+
+
+@pytest.mark.parametrize("name", ["miss", "miss_v3"])
+@settings(max_examples=examples(3, 15, 6), deadline=None)
+@given(data=st.data(), bm=st.sampled_from([16, 32, 64, 128]), bn=st.sampled_from([32, 64, 128, 256]),
+       stages=st.integers(1, 4), threads=st.sampled_from([64, 128, 256]))
+def test_miss_schedules_match_torch(name, data, bm, bn, stages, threads):
+    dims, seed = data.draw(miss_gpu.problems(name))
+    note(f"BM={bm} BN={bn} stages={stages} threads={threads}")
+    run_miss(name, dims, seed, BM=bm, BN=bn, stages=stages, threads=threads)
+
+
+@pytest.mark.parametrize("name", sorted(miss_gpu.SPECS))
+@settings(max_examples=examples(2, 8, 3), deadline=None)
+@given(data=st.data())
+def test_miss_cuda_agrees_with_tilelang(name, data):
+    dims, seed = data.draw(miss_gpu.problems(name))
+    a, b = miss_inputs(dims, seed)
+    ours = cuda_kernel(miss_gpu.path_of(name))(a, b)
+    theirs = miss_gpu.kernel(name)(a, b)
+    torch.cuda.synchronize()
+    # both round the f32 result to f16 once; the sums differ only in order
+    assert check.rel_error(ours, theirs.float()) < 2e-3
+
+
+def test_padded_k_matches_peft_zero_padding():
+    dims = {"M": 1000, "N": 1000, "K": 1000, "R": 64}
+    a, b = miss_inputs(dims, 0)
+    out = cuda_kernel(miss_gpu.path_of("miss"))(a, b)
+    padded = torch.nn.functional.pad(a.float(), (0, (-dims["K"]) % dims["R"]))
+    ref = padded.reshape(dims["M"], -1, dims["R"]).sum(1).half().float() @ b.float()
+    assert torch.isfinite(out).all() and check.rel_error(out, ref) < RTOL
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+@settings(max_examples=examples(3, 10, 5), deadline=None)
+@given(m=st.integers(1, 300), seed=st.integers(0, 2**16))
+def test_programs_match_torch(name, m, seed):
+    path = os.path.join(ROOT, "tests", "programs", f"{name}.tk")
+    module = driver.frontend(path, {"M": m})
+    inputs = check.random_inputs(module, seed, "cuda")
+    outs = cuda_kernel(path)(*inputs)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    refs = check.reference(module, inputs)
+    assert len(outs) == len(refs)
+    for out, ref in zip(outs, refs):
+        assert check.rel_error(out, ref) < RTOL
+
+
+@pytest.mark.parametrize("name", ["cluster_reduce_dsmem", "cluster_reduce_hbm"])
+@pytest.mark.parametrize("stage", [0, 1])
+@settings(max_examples=examples(3, 10, 4), deadline=None)
+@given(clusters=st.integers(1, 2048), n=st.sampled_from([4096, 8192, 16384]), seed=st.integers(0, 2**31 - 1))
+@example(clusters=1056, n=16384, seed=0)
+@example(clusters=132, n=16384, seed=1)
+def test_cluster_reduce_matches_torch(name, stage, clusters, n, seed):
+    note(f"{name} STAGE={stage} clusters={clusters} N={n} seed={seed}")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(2 * clusters, n, device="cuda", generator=gen).half()
+    ref = (x + x.view(-1, 2, n).flip(1).reshape(2 * clusters, n)).float()
+    if stage == 1:
+        ref = torch.relu(ref)
+    k = cuda_kernel(os.path.join(ROOT, "examples", f"{name}.tk"), STAGE=stage)
+    for _ in range(3):
+        y = k(x)
+        torch.cuda.synchronize()
+        assert torch.isfinite(y.float()).all()
+        assert check.rel_error(y, ref) < RTOL
