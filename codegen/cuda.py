@@ -1,7 +1,7 @@
 """CUDA C++ backend: final tile IR -> one readable, self-contained CUDA translation unit.
 
 The generated file holds one `extern "C" __global__` kernel named after the tkc kernel, for
-`nvcc -arch=sm_90a` (it uses sm_80 features: cp.async, WMMA with f16/bf16). Its header comment
+`nvcc -arch=sm_90a` (it uses sm_80 features: cp.async, ldmatrix, mma.sync with f16/bf16). Its header comment
 gives the source file, the launch shape (grid, block, cluster, dynamic shared memory bytes) and a
 `tkc-launch:` JSON line that tkc/cuda_runtime.py reads; the problem dims and schedule constants
 are `constexpr int`s; the kernel body has one statement or loop nest per tile op, each under a
@@ -10,8 +10,8 @@ comment with the op and its source location.
 How tiles map to the machine (details in codegen/cuda_plan.py, cuda_access.py, cuda_gemm.py):
 shared tiles and register tiles that ops share across threads live in dynamic shared memory
 (laid out here, offsets in the header); other register tiles are spread over the threads in
-chunks of consecutive elements; gemm accumulators are WMMA fragments when the gemm runs on
-tensor cores. `__syncthreads()` goes exactly where a shared tile written by some threads is
+chunks of consecutive elements; gemm accumulators are mma.sync fragments when the gemm runs on
+tensor cores; shared buffers with disjoint lifetimes share bytes. `__syncthreads()` goes exactly where a shared tile written by some threads is
 next touched by others. Pipelined loops issue their global -> shared loads `stages - 1`
 iterations ahead through cp.async into `stages` copies of each staging tile.
 
@@ -27,7 +27,7 @@ from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value, format_attr_dict
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin
-from codegen.cuda_gemm import ACC_FRAGMENT, GemmMixin
+from codegen.cuda_gemm import GemmMixin
 from codegen.cuda_plan import (Access, OTHER, SyncState, chunk_map, chunk_width, make_plan, numel,
                                shape_of)
 from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, PRELUDE, apply, combine, compute_dtype, convert, identity, literal
@@ -41,9 +41,9 @@ alignas alignof asm auto bool break case catch char class const constexpr contin
 else enum explicit extern false float for friend goto if inline int long namespace new noexcept nullptr operator
 private protected public register return short signed sizeof static struct switch template this throw true try
 typedef typename union unsigned using virtual void volatile while half nvcuda wmma min max threadIdx blockIdx
-blockDim gridDim warpSize int8_t int32_t int64_t uint4 uint2 INFINITY
-tid warp lane it ch e row col r0 r1 r2 r3 r4 r5 kk fi fj fa fb cf fr fc fv gv ov sv in0 in1 sum av bv ok
-stage smem THREADS wm wn part red oi o_base sh main tk_scratch cg peer pv
+blockDim gridDim warpSize int8_t int32_t int64_t uint4 uint2 INFINITY std
+tid warp lane grp tig it ch e row col r0 r1 r2 r3 r4 r5 kk fi fj fa fb cf gv ov sv in0 in1 sum av bv ok
+stage smem THREADS wm wn part red oi o_base sh main cg peer pv
 """.split())
 
 
@@ -219,8 +219,6 @@ class _Emitter(AccessMixin, GemmMixin):
             return
         notes = [f"`{b.value}` {b.value.type}: {b.nbytes} bytes (row pitch {b.pitch}, {b.slots} stage"
                  f"{'s' * (b.slots != 1)})" for b in sorted(self.plan.order, key=lambda b: -b.nbytes)]
-        if self.plan.scratch_offset >= 0:
-            notes.append(f"WMMA staging tiles: {total - self.plan.scratch_offset} bytes")
         moved = ", ".join(f"`{a.result}`" for a in self.plan.moved_to_shared)
         if moved:
             notes.append(f"the CUDA backend keeps register tiles {moved} in shared memory because reductions, "
@@ -239,10 +237,8 @@ class _Emitter(AccessMixin, GemmMixin):
             self.ranges[rank] = (0, c - 1)
             self.line(1, f"const int {self.cname(rank)} = {self.cname(var)} % {c};  // rank in the cluster")
         self.line(1, "const int tid = threadIdx.x;")
-        if self.plan.scratch_offset >= 0:
+        if any(g.kind == "mma" for g in self.plan.gemms.values()):
             self.line(1, "const int warp = tid / 32, lane = tid % 32;")
-        elif any(g.kind == "wmma" for g in self.plan.gemms.values()):
-            self.line(1, "const int warp = tid / 32;")
         if self.plan.total_smem:
             self.line(1, "extern __shared__ __align__(128) unsigned char smem[];")
         for buf in self.plan.order:
@@ -253,9 +249,6 @@ class _Emitter(AccessMixin, GemmMixin):
             kind = "" if v.type.space == "shared" else f" ({v.type.space} tile kept in shared memory)"
             self.line(1, f"{ctype}* const {self.name(v)} = reinterpret_cast<{ctype}*>(smem + {buf.offset});  "
                       f"// {what}{kind}, row pitch {buf.pitch}{extra}")
-        if self.plan.scratch_offset >= 0:
-            self.line(1, f"float* const tk_scratch = reinterpret_cast<float*>(smem + {self.plan.scratch_offset});  "
-                      "// per-warp 16x16 f32 WMMA staging tiles")
         for a in op.walk():
             if a.name != "tile.alloc" or a.result.type.space == "shared":
                 continue
@@ -268,10 +261,10 @@ class _Emitter(AccessMixin, GemmMixin):
                 per = -(-(numel(shape) // width) // self.threads)
                 self.line(1, f"{C_TYPES[v.type.dtype]} {self.name(v)}[{per * width}];  // {what} in registers: "
                           f"{per} chunk{'s' * (per > 1)} of {width} per thread")
-            elif where == "wmma":
+            elif where == "mma":
                 gp = self.plan.acc_split[id(v)]
-                self.line(1, f"{ACC_FRAGMENT} {self.name(v)}[{gp.fm}][{gp.fn}];  // {what} as WMMA fragments: "
-                          f"warps {gp.wm} x {gp.wn}, {gp.fm} x {gp.fn} fragments each")
+                self.line(1, f"float {self.name(v)}[{gp.fm}][{gp.fn}][8];  // {what} as mma.sync accumulators: "
+                          f"warps {gp.wm} x {gp.wn}, {gp.fm} x {gp.fn} blocks of 16x16 each")
         self.line(1, "")
         self.region(op.body.ops, 1, SyncState())
 
@@ -311,13 +304,13 @@ class _Emitter(AccessMixin, GemmMixin):
 
         def add(v: Value, write: bool, tmap) -> None:
             if self.plan.where(v) == "shared":
-                out.append(Access(id(v), write, tmap))
+                out.append(self.access(v, write, tmap))
 
         if op.name == "tile.fill":
             add(op.operands[0], True, chunk_map(shape_of(op.operands[0])))
         elif op.name == "tile.copy":
             src, dst = op.operands
-            if self.plan.where(src) == "wmma":
+            if self.plan.where(src) == "mma":
                 add(dst, True, OTHER)
             else:
                 tile = dst if src.type.space == "global" else src
@@ -337,10 +330,14 @@ class _Emitter(AccessMixin, GemmMixin):
             a, b, acc = op.operands
             add(a, False, OTHER)
             add(b, False, OTHER)
-            wmma = self.plan.gemms[id(op)].kind == "wmma"
-            add(acc, True, OTHER if wmma else chunk_map(shape_of(acc)))
-            add(acc, False, OTHER if wmma else chunk_map(shape_of(acc)))
+            mma = self.plan.gemms[id(op)].kind == "mma"
+            add(acc, True, OTHER if mma else chunk_map(shape_of(acc)))
+            add(acc, False, OTHER if mma else chunk_map(shape_of(acc)))
         return out
+
+    def access(self, v: Value, write: bool, tmap) -> Access:
+        buf = self.plan.smem[id(v)]
+        return Access(id(v), write, tmap, buf.offset, buf.offset + buf.nbytes)
 
     def describe(self, op: Op) -> str:
         ops = ", ".join(str(v) for v in op.operands)
@@ -415,7 +412,7 @@ class _Emitter(AccessMixin, GemmMixin):
         ahead = stages - 1
         self.line(d, f"// for {var} in [{op.attrs['lo']}, {op.attrs['hi']}), pipelined with {stages} stage(s): "
                   f"loads issued {ahead} iteration(s) ahead ({_loc(op)})")
-        self.sync([Access(id(b), True, chunk_map(shape_of(b))) for b in bufs], d, st)
+        self.sync([self.access(b, True, chunk_map(shape_of(b))) for b in bufs], d, st)
         self.line(d, "{")
         d += 1
         rel = lambda x: x if lo == "0" else f"({x} - {lo})"  # noqa: E731
@@ -468,7 +465,7 @@ class _Emitter(AccessMixin, GemmMixin):
         self.line(d, "}")
         self.line(d, "tk_cp_async_wait<0>();")
         # The staging tiles are read after the loop only by its next run (inside an outer loop).
-        st.add([Access(id(b), False, OTHER if barrier else chunk_map(shape_of(b))) for b in bufs])
+        st.add([self.access(b, False, OTHER if barrier else chunk_map(shape_of(b))) for b in bufs])
         self.line(d - 1, "}")
         return st
 
@@ -525,8 +522,8 @@ class _Emitter(AccessMixin, GemmMixin):
     # ---- elementwise ops --------------------------------------------------------------------
     def op_fill(self, op: Op, d: int) -> None:
         v = op.operands[0]
-        if self.plan.where(v) == "wmma":
-            self.wmma_fill(v, op.attrs["value"], d)
+        if self.plan.where(v) == "mma":
+            self.mma_fill(v, op.attrs["value"], d)
             return
         ct = compute_dtype(v.type.dtype)
         value = convert(literal(op.attrs["value"], ct), ct, v.type.dtype)

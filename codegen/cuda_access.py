@@ -127,6 +127,8 @@ class AccessMixin:
         for i, n, st in zip(idx, shape, strides):
             if n == 1 or i == "0":
                 continue
+            if st != 1 and re.search(r"[-+%/]", i):
+                i = f"({i})"
             terms.append(i if st == 1 else f"{i} * {st}")
         return " + ".join(terms) or "0"
 
@@ -224,8 +226,8 @@ class AccessMixin:
     def op_copy(self, op, d: int) -> None:
         src, dst = op.operands
         ws, wd = self.plan.where(src), self.plan.where(dst)
-        if ws == "wmma":
-            self.wmma_copy_out(op, d)
+        if ws == "mma":
+            self.mma_copy_out(op, d)
         elif ws == "global":
             self.chunk_loop(shape_of(dst), d, lambda ch, dd: self.load_chunk(op, ch, dd, async_=False))
         elif wd == "global":

@@ -1,34 +1,38 @@
-"""CUDA backend: tile.gemm on tensor cores (WMMA 16x16x16) or as a SIMT loop, and WMMA tiles.
+"""CUDA backend: tile.gemm on tensor cores (`mma.sync` m16n8k16) or as a SIMT loop; mma tiles.
 
-Tensor cores (`nvcuda::wmma`, sm_70+; bf16 sm_80+) take the gemm when M, N and K are multiples of
-16, a and b are f16 (or both bf16) shared tiles and the accumulator is f32. The output's 16x16
-fragments are split over the warps as a wm x wn grid (codegen/cuda_plan.warp_split); each warp
-loads its A and B fragments from shared memory per 16-wide k step. An accumulator placed `wmma`
-stays in registers across ops (fill -> gemm ... -> copy out through a per-warp staging tile);
-one placed in shared memory is loaded and stored around each gemm. Everything else runs as a
-SIMT loop: each thread computes the products of its chunks of the accumulator, summing K in f32
-(f64 for f64), then adds the sum to the accumulator and rounds once, like the interpreter.
+Tensor cores take the gemm when M, N and K are multiples of 16, a and b are f16 (or both bf16)
+shared tiles and the accumulator is f32. The output's 16x16 blocks are split over the warps as a
+wm x wn grid (codegen/cuda_plan.warp_split); per 16-wide k step each warp loads its A blocks with
+`ldmatrix.x4` and its B blocks with `ldmatrix.x4.trans` from shared memory and issues two
+m16n8k16 mma.sync per output block. A block's 8 accumulator floats per lane sit at (g = lane / 4,
+t = lane % 4): [0, 1] row g, columns 2t, 2t + 1; [2, 3] row g + 8; [4, 5] row g, columns 8 + 2t,
+9 + 2t; [6, 7] row g + 8 (PTX ISA, "Matrix fragments for mma.m16n8k16"). An accumulator placed
+`mma` stays in those registers across ops and is stored straight from them; one placed in shared
+memory is read into them and written back around each gemm. Everything else runs as a SIMT loop:
+each thread computes the products of its chunks of the accumulator, summing K in f32 (f64 for
+f64), then adds the sum to the accumulator and rounds once, like the interpreter.
 """
 
 from __future__ import annotations
 
-from codegen.cuda_plan import WMMA_SCRATCH_PITCH, GemmPlan, shape_of
+from codegen.cuda_plan import GemmPlan, shape_of
 from codegen.cuda_prelude import C_TYPES, compute_dtype, convert
 
-ACC_FRAGMENT = "wmma::fragment<wmma::accumulator, 16, 16, 16, float>"
+# (row offset, column offset) of accumulator floats [2h, 2h + 1] of a 16x16 block, h = 0..3
+PAIRS = [(0, 0), (8, 0), (0, 8), (8, 8)]
 
 
-def _frag(kind: str, dtype: str) -> str:
-    return f"wmma::fragment<wmma::{kind}, 16, 16, 16, {C_TYPES[dtype]}, wmma::row_major>"
+def _times16(x: str) -> str:
+    return f"({x}) * 16" if " " in x else f"{x} * 16"
 
 
 class GemmMixin:
-    """tile.gemm and the ops on WMMA-placed tiles; mixed into codegen/cuda._Emitter."""
+    """tile.gemm and the ops on mma-placed tiles; mixed into codegen/cuda._Emitter."""
 
     def op_gemm(self, op, d: int) -> None:
         gp = self.plan.gemms[id(op)]
-        if gp.kind == "wmma":
-            self.wmma_gemm(op, gp, d)
+        if gp.kind == "mma":
+            self.mma_gemm(op, gp, d)
         else:
             self.simt_gemm(op, d)
 
@@ -46,99 +50,106 @@ class GemmMixin:
         return row, col
 
     def frag_guard(self, gp: GemmPlan, row, col, x: str = "fi", y: str | None = "fj") -> str:
-        """Condition that fragment (x, y) of this warp lies inside the output ("" when always)."""
+        """Condition that block (x, y) of this warp lies inside the output ("" when always)."""
         conds = []
-        if gp.wm * gp.fm > gp.mb:
+        if x is not None and gp.wm * gp.fm > gp.mb:
             conds.append(f"{row(x)} < {gp.mb}")
         if y is not None and gp.wn * gp.fn > gp.nb:
             conds.append(f"{col(y)} < {gp.nb}")
         return f"if ({' && '.join(conds)}) " if conds else ""
 
-    def for_frags(self, gp: GemmPlan, d: int, both: bool = True) -> int:
+    def for_frags(self, gp: GemmPlan, d: int) -> int:
         self.line(d, "#pragma unroll")
         self.line(d, f"for (int fi = 0; fi < {gp.fm}; ++fi)")
-        if not both:
-            return d + 1
         self.line(d + 1, "#pragma unroll")
         self.line(d + 1, f"for (int fj = 0; fj < {gp.fn}; ++fj)")
         return d + 2
 
-    def wmma_fill(self, v, value: float, d: int) -> None:
+    def mma_fill(self, v, value: float, d: int) -> None:
         gp = self.plan.acc_split[id(v)]
         dd = self.for_frags(gp, d)
-        self.line(dd, f"wmma::fill_fragment({self.name(v)}[fi][fj], {float(value)!r}f);")
+        self.line(dd, "#pragma unroll")
+        self.line(dd, f"for (int e = 0; e < 8; ++e) {self.name(v)}[fi][fj][e] = {float(value)!r}f;")
+
+    def lane_pairs(self, gp: GemmPlan, d: int, row, col, body) -> None:
+        """For each 16x16 block of this warp and each of the lane's 4 accumulator pairs:
+        `body(depth, h)` with `row`, `col` (tile indices of the pair's first element) declared.
+        `lane` and `warp` must be declared."""
+        self.line(d, "{")
+        d += 1
+        self.line(d, "const int grp = lane / 4, tig = lane % 4;  // mma.m16n8k16 accumulator layout")
+        dd = self.for_frags(gp, d)
+        self.line(dd, f"{self.frag_guard(gp, row, col)}{{")
+        for h, (dr, dc) in enumerate(PAIRS):
+            r = f"{_times16(row('fi'))} + grp" + (f" + {dr}" if dr else "")
+            c = f"{_times16(col('fj'))} + 2 * tig" + (f" + {dc}" if dc else "")
+            self.line(dd + 1, "{")
+            self.line(dd + 2, f"const int row = {r}, col = {c};")
+            body(dd + 2, h)
+            self.line(dd + 1, "}")
+        self.line(dd, "}")
+        self.line(d - 1, "}")
 
     # ---- tensor cores -----------------------------------------------------------------------
-    def wmma_gemm(self, op, gp: GemmPlan, d: int) -> None:
+    def mma_gemm(self, op, gp: GemmPlan, d: int) -> None:
         a, b, acc = op.operands
         k = shape_of(a)[1]
-        lda, ldb = self.plan.smem[id(a)].pitch, self.plan.smem[id(b)].pitch
+        ctype = C_TYPES[a.type.dtype]
         self.line(d, "{")
         d += 1
         row, col = self.warp_coords(gp, d)
         in_smem = self.plan.where(acc) == "shared"
         c = self.name(acc)
-        if in_smem:  # the accumulator lives in shared memory: bring this warp's fragments in
-            ldc = self.plan.smem[id(acc)].pitch
+        if in_smem:  # the accumulator lives in shared memory: bring this warp's blocks in
             c = "cf"
-            self.line(d, f"{ACC_FRAGMENT} cf[{gp.fm}][{gp.fn}];")
-            dd = self.for_frags(gp, d)
-            at = self.smem_offset(acc, [f"({row('fi')}) * 16", f"({col('fj')}) * 16"])
-            self.line(dd, f"{self.frag_guard(gp, row, col)}wmma::load_matrix_sync(cf[fi][fj], &{self.name(acc)}[{at}], "
-                      f"{ldc}, wmma::mem_row_major);")
+            self.line(d, f"float cf[{gp.fm}][{gp.fn}][8];")
+            self.lane_pairs(gp, d, row, col, lambda dd, h: self.line(
+                dd, f"cf[fi][fj][{2 * h}] = {self.name(acc)}[{self.smem_offset(acc, ['row', 'col'])}], "
+                    f"cf[fi][fj][{2 * h + 1}] = {self.name(acc)}[{self.smem_offset(acc, ['row', 'col'])} + 1];"))
         steps = k // 16
         self.line(d, "#pragma unroll" if steps <= 8 else "#pragma unroll 2")
         self.line(d, f"for (int kk = 0; kk < {k}; kk += 16) {{")
-        self.line(d + 1, f"{_frag('matrix_a', a.type.dtype)} fa[{gp.fm}];")
-        self.line(d + 1, f"{_frag('matrix_b', b.type.dtype)} fb[{gp.fn}];")
+        self.line(d + 1, f"unsigned fa[{gp.fm}][4], fb[{gp.fn}][4];")
         self.line(d + 1, "#pragma unroll")
-        at = self.smem_offset(a, [f"({row('fi')}) * 16", "kk"])
+        at = self.smem_offset(a, [f"{_times16(row('fi'))} + lane % 16", "kk + lane / 16 * 8"])
         self.line(d + 1, f"for (int fi = 0; fi < {gp.fm}; ++fi) {self.frag_guard(gp, row, col, y=None)}"
-                  f"wmma::load_matrix_sync(fa[fi], &{self.name(a)}[{at}], {lda});")
+                  f"tk_ldmatrix_x4(fa[fi], &{self.name(a)}[{at}]);")
         self.line(d + 1, "#pragma unroll")
-        bt = self.smem_offset(b, ["kk", f"({col('fj')}) * 16"])
-        guard_b = f"if ({col('fj')} < {gp.nb}) " if gp.wn * gp.fn > gp.nb else ""
-        self.line(d + 1, f"for (int fj = 0; fj < {gp.fn}; ++fj) {guard_b}"
-                  f"wmma::load_matrix_sync(fb[fj], &{self.name(b)}[{bt}], {ldb});")
+        bt = self.smem_offset(b, ["kk + lane % 16", f"{_times16(col('fj'))} + lane / 16 * 8"])
+        self.line(d + 1, f"for (int fj = 0; fj < {gp.fn}; ++fj) {self.frag_guard(gp, row, col, x=None)}"
+                  f"tk_ldmatrix_x4_trans(fb[fj], &{self.name(b)}[{bt}]);")
         dd = self.for_frags(gp, d + 1)
-        self.line(dd, f"{self.frag_guard(gp, row, col)}wmma::mma_sync({c}[fi][fj], fa[fi], fb[fj], {c}[fi][fj]);")
+        self.line(dd, f"{self.frag_guard(gp, row, col)}{{")
+        self.line(dd + 1, f"tk_mma_16816<{ctype}>(&{c}[fi][fj][0], fa[fi], fb[fj][0], fb[fj][1]);")
+        self.line(dd + 1, f"tk_mma_16816<{ctype}>(&{c}[fi][fj][4], fa[fi], fb[fj][2], fb[fj][3]);")
+        self.line(dd, "}")
         self.line(d, "}")
         if in_smem:
-            dd = self.for_frags(gp, d)
-            at = self.smem_offset(acc, [f"({row('fi')}) * 16", f"({col('fj')}) * 16"])
-            self.line(dd, f"{self.frag_guard(gp, row, col)}wmma::store_matrix_sync(&{self.name(acc)}[{at}], cf[fi][fj], "
-                      f"{self.plan.smem[id(acc)].pitch}, wmma::mem_row_major);")
+            self.lane_pairs(gp, d, row, col, lambda dd, h: self.line(
+                dd, f"{self.name(acc)}[{self.smem_offset(acc, ['row', 'col'])}] = cf[fi][fj][{2 * h}], "
+                    f"{self.name(acc)}[{self.smem_offset(acc, ['row', 'col'])} + 1] = cf[fi][fj][{2 * h + 1}];"))
         self.line(d - 1, "}")
 
-    def wmma_copy_out(self, op, d: int) -> None:
-        """Copy a WMMA-placed tile to a global tensor or a shared tile: each warp stores a fragment
-        to its 16x16 staging tile, then each lane converts and writes 8 consecutive elements."""
+    def mma_copy_out(self, op, d: int) -> None:
+        """Copy an mma-placed tile to a global tensor or a shared tile, straight from the
+        registers: two consecutive elements per store."""
         src, dst = op.operands
         gp = self.plan.acc_split[id(src)]
-        p = WMMA_SCRATCH_PITCH
         self.line(d, "{")
-        d += 1
-        row, col = self.warp_coords(gp, d)
-        self.line(d, f"float* const stage = tk_scratch + warp * {16 * p};  // this warp's 16x16 staging tile")
-        self.line(d, "const int fr = lane / 2, fc = lane % 2 * 8;  // this lane moves row fr, columns fc + [0, 8)")
-        dd = self.for_frags(gp, d)
-        self.line(dd, f"{self.frag_guard(gp, row, col)}{{")
-        b = dd + 1
-        self.line(b, f"wmma::store_matrix_sync(stage, {self.name(src)}[fi][fj], {p}, wmma::mem_row_major);")
-        self.line(b, "__syncwarp();")
-        self.line(b, "alignas(16) float fv[8];")
-        self.line(b, f"tk_load<16>(fv, &stage[fr * {p} + fc]);")
-        self.line(b, f"const int row = ({row('fi')}) * 16 + fr, col = ({col('fj')}) * 16 + fc;")
-        value = lambda e: convert(f"fv[{e}]", "f32", dst.type.dtype)  # noqa: E731
-        if dst.type.space == "global":
-            self.store_global(op, dst, ["row", "col"], 8, value, b)
-        else:
-            self.line(b, f"alignas(16) {C_TYPES[dst.type.dtype]} ov[8];")
-            self.elem_loop(b, f"ov[e] = {value('e')};", 8)
-            self.line(b, f"tk_store<{self.smem_word(dst, 8)}>(&{self.name(dst)}[{self.smem_offset(dst, ['row', 'col'])}], ov);")
-        self.line(b, "__syncwarp();")
-        self.line(dd, "}")
-        self.line(d - 1, "}")
+        row, col = self.warp_coords(gp, d + 1)
+
+        def body(dd: int, h: int) -> None:
+            value = lambda e: convert(f"{self.name(src)}[fi][fj][{2 * h} + {e}]", "f32", dst.type.dtype)  # noqa: E731
+            if dst.type.space == "global":
+                self.store_global(op, dst, ["row", "col"], 2, value, dd)
+                return
+            self.line(dd, f"alignas(16) {C_TYPES[dst.type.dtype]} ov[2];")
+            self.elem_loop(dd, f"ov[e] = {value('e')};", 2)
+            self.line(dd, f"tk_store<{self.smem_word(dst, 2)}>(&{self.name(dst)}"
+                      f"[{self.smem_offset(dst, ['row', 'col'])}], ov);")
+
+        self.lane_pairs(gp, d + 1, row, col, body)
+        self.line(d, "}")
 
     # ---- SIMT -------------------------------------------------------------------------------
     def simt_gemm(self, op, d: int) -> None:

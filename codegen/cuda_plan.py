@@ -7,15 +7,19 @@ Placement of register tiles (`frag`/`local`), decided from every op that touches
   shape uses the same chunk -> thread map, so a tile can live in registers exactly when every
   op touching it iterates over its own shape: fill, copies, elementwise outputs and same-shape
   inputs, the accumulator of a SIMT gemm.
-* `wmma`: the accumulator of tensor-core gemms, held as WMMA accumulator fragments split over
-  the warps; allowed when the tile is only filled, accumulated into by WMMA gemms and copied out
-  to a global tensor or a shared tile.
+* `mma`: the accumulator of tensor-core gemms, held in the registers of `mma.sync` accumulator
+  fragments split over the warps; allowed when the tile is only filled, accumulated into by
+  tensor-core gemms and copied out to a global tensor or a shared tile.
 * `shared`: everything else (reduction operands, broadcast inputs, gemm operands) is kept in
   shared memory, which any thread can read.
 
-Barriers: `SyncState` records, per shared buffer, the accesses since the last `__syncthreads()`
-with the thread map that made them; an access that conflicts with one made under a different
-map (at least one of the two a write) needs a barrier first.
+Shared memory: buffers whose lifetimes do not overlap share bytes (a buffer used inside a loop
+lives through the whole loop); each gets the lowest offset free for its lifetime.
+
+Barriers: `SyncState` records the shared-memory accesses since the last `__syncthreads()`, each
+with its byte range and the thread map that made it; an access to overlapping bytes (at least
+one of the two a write) needs a barrier first, unless both touch the same buffer under the same
+chunk map (then every thread touches only its own elements).
 """
 
 from __future__ import annotations
@@ -25,10 +29,9 @@ from dataclasses import dataclass, field
 
 from dsl import exprs
 from dsl.ir import Module, Op, Value
-from codegen.cuda_prelude import SIZES, WMMA_DTYPES
+from codegen.cuda_prelude import MMA_DTYPES, SIZES
 
-SMEM_ALIGN = 128  # bytes; WMMA needs 32, cp.async 16
-WMMA_SCRATCH_PITCH = 20  # floats per row of a warp's 16x16 f32 staging tile (16 + 4 of padding)
+SMEM_ALIGN = 128  # bytes; ldmatrix and cp.async need 16
 OTHER = "other"  # a thread map that matches no other: always needs a barrier against writes
 
 
@@ -53,7 +56,7 @@ def chunk_map(shape) -> tuple:
 
 @dataclass
 class GemmPlan:
-    """How one tile.gemm runs: `wmma` (16x16x16 tensor-core tiles) or `simt`, and its warp split."""
+    """How one tile.gemm runs: `mma` (tensor cores, 16x16 output blocks) or `simt`, and its warp split."""
 
     kind: str
     mb: int = 0  # 16-row blocks of the output
@@ -104,12 +107,11 @@ class SmemBuffer:
 @dataclass
 class Plan:
     threads: int
-    placement: dict[int, str] = field(default_factory=dict)  # id(value) -> regs | wmma | shared
+    placement: dict[int, str] = field(default_factory=dict)  # id(value) -> regs | mma | shared
     gemms: dict[int, GemmPlan] = field(default_factory=dict)  # id(op) -> plan
-    acc_split: dict[int, GemmPlan] = field(default_factory=dict)  # id(wmma tile) -> its warp split
+    acc_split: dict[int, GemmPlan] = field(default_factory=dict)  # id(mma tile) -> its warp split
     smem: dict[int, SmemBuffer] = field(default_factory=dict)  # id(value) -> buffer
     order: list[SmemBuffer] = field(default_factory=list)
-    scratch_offset: int = -1  # bytes; >= 0 when warps need WMMA staging tiles
     total_smem: int = 0
     moved_to_shared: list[Op] = field(default_factory=list)  # register tiles the plan keeps in smem
 
@@ -128,12 +130,12 @@ class Plan:
 def plan_gemm(op: Op, threads: int) -> GemmPlan:
     a, b, acc = op.operands
     (m, k), n = shape_of(a), shape_of(b)[1]
-    ok = (a.type.dtype in WMMA_DTYPES and b.type.dtype == a.type.dtype and acc.type.dtype == "f32"
+    ok = (a.type.dtype in MMA_DTYPES and b.type.dtype == a.type.dtype and acc.type.dtype == "f32"
           and m % 16 == 0 and n % 16 == 0 and k % 16 == 0 and threads % 32 == 0)
     if not ok:
         return GemmPlan("simt")
     wm, wn, fm, fn = warp_split(m // 16, n // 16, threads // 32)
-    return GemmPlan("wmma", m // 16, n // 16, wm, wn, fm, fn)
+    return GemmPlan("mma", m // 16, n // 16, wm, wn, fm, fn)
 
 
 def make_plan(module: Module, launch: Op, threads: int) -> Plan:
@@ -151,8 +153,8 @@ def make_plan(module: Module, launch: Op, threads: int) -> Plan:
         if v.type.space == "shared":
             continue
         roles = uses[id(v)]
-        if _wmma_ok(plan, v, roles):
-            plan.placement[id(v)] = "wmma"
+        if _mma_ok(plan, v, roles):
+            plan.placement[id(v)] = "mma"
             gemm = next(op for op, role in roles if role == "acc")
             plan.acc_split[id(v)] = plan.gemms[id(gemm)]
         elif all(_register_ok(v, op, role, plan) for op, role in roles):
@@ -160,7 +162,7 @@ def make_plan(module: Module, launch: Op, threads: int) -> Plan:
         else:
             plan.placement[id(v)] = "shared"
             plan.moved_to_shared.append(a)
-    _layout(plan, allocs, uses)
+    _layout(plan, launch, allocs, uses)
     return plan
 
 
@@ -191,9 +193,9 @@ def _roles(op: Op):
             yield "other", v
 
 
-def _wmma_ok(plan: Plan, v: Value, roles) -> bool:
+def _mma_ok(plan: Plan, v: Value, roles) -> bool:
     accs = [op for op, role in roles if role == "acc"]
-    if not accs or any(plan.gemms[id(op)].kind != "wmma" for op in accs):
+    if not accs or any(plan.gemms[id(op)].kind != "mma" for op in accs):
         return False
     for op, role in roles:
         if role == "fill" or role == "acc":
@@ -211,33 +213,73 @@ def _register_ok(v: Value, op: Op, role: str, plan: Plan) -> bool:
 
 
 def _pitch(v: Value, uses) -> int:
-    """Row pitch in elements: rows of WMMA operand tiles whose bytes are a multiple of 128 get
-    16 bytes of padding, so that the 8 rows a fragment load reads fall in different banks."""
+    """Row pitch in elements: rows of tensor-core operand tiles that are an even number of 16-byte
+    units long get 16 bytes of padding, so that the 8 rows an ldmatrix reads fall in different
+    banks."""
     shape, size = shape_of(v), SIZES[v.type.dtype]
     last = shape[-1]
-    wmma_operand = any(role in ("a", "b", "acc") and plan_kind == "wmma" for role, plan_kind in uses)
-    if wmma_operand and len(shape) >= 2 and (last * size) % 128 == 0:
+    mma_operand = any(role in ("a", "b") and plan_kind == "mma" for role, plan_kind in uses)
+    if mma_operand and len(shape) >= 2 and (last * size) % 32 == 0:
         return last + 16 // size
     return last
 
 
-def _layout(plan: Plan, allocs: list[Op], uses) -> None:
-    offset = 0
+def _lifetimes(launch: Op) -> dict[int, tuple[int, int]]:
+    """id(value) -> (first, last) position of the ops that use it in program order; a value used
+    inside a loop lives from the loop's start to its end (it may carry data between iterations)."""
+    spans: dict[int, list[int]] = {}
+    pos = 0
+
+    def visit(ops: list[Op], loops: list[tuple[int, list[int]]]) -> None:
+        nonlocal pos
+        for op in ops:
+            pos += 1
+            if op.name == "tile.for":
+                here = (pos, [])
+                visit(op.body.ops, loops + [here])
+                for vid in here[1]:
+                    spans[vid] = [min(spans[vid][0], here[0]), max(spans[vid][1], pos)]
+                continue
+            for v in op.operands:
+                span = spans.setdefault(id(v), [pos, pos])
+                span[1] = pos
+                for _, members in loops:
+                    members.append(id(v))
+
+    visit(launch.body.ops, [])
+    return {k: (a, b) for k, (a, b) in spans.items()}
+
+
+def _layout(plan: Plan, launch: Op, allocs: list[Op], uses) -> None:
+    """Offsets of the shared buffers: biggest first, each at the lowest 128-byte aligned offset
+    whose bytes no buffer with an overlapping lifetime holds."""
+    life = _lifetimes(launch)
+    bufs = []
     for a in allocs:
         v = a.result
         if plan.where(v) != "shared":
             continue
         kinds = [(role, plan.gemms[id(op)].kind if op.name == "tile.gemm" else "") for op, role in uses[id(v)]]
-        buf = SmemBuffer(v, _pitch(v, kinds), int(a.attrs.get("stages", 1)))
+        bufs.append(SmemBuffer(v, _pitch(v, kinds), int(a.attrs.get("stages", 1))))
+    order = sorted(range(len(bufs)), key=lambda i: (-bufs[i].nbytes, i))
+    placed: list[SmemBuffer] = []
+    for i in order:
+        buf = bufs[i]
+        lo, hi = life.get(id(buf.value), (0, 0))
+        size = -(-buf.nbytes // SMEM_ALIGN) * SMEM_ALIGN
+        taken = sorted((p.offset, p.offset + p.nbytes) for p in placed
+                       if not (life.get(id(p.value), (0, 0))[1] < lo or hi < life.get(id(p.value), (0, 0))[0]))
+        offset = 0
+        for start, end in taken:
+            if offset + size <= start:
+                break
+            offset = max(offset, -(-end // SMEM_ALIGN) * SMEM_ALIGN)
         buf.offset = offset
-        offset += -(-buf.nbytes // SMEM_ALIGN) * SMEM_ALIGN
-        plan.smem[id(v)] = buf
+        placed.append(buf)
+    for buf in bufs:  # declaration order: program order
+        plan.smem[id(buf.value)] = buf
         plan.order.append(buf)
-    wmma_out = any(plan.placement.get(id(a.result)) == "wmma" for a in allocs)
-    if wmma_out:
-        plan.scratch_offset = offset
-        offset += plan.warps * 16 * WMMA_SCRATCH_PITCH * 4
-    plan.total_smem = offset
+    plan.total_smem = max((b.offset + b.nbytes for b in bufs), default=0)
 
 
 # ---- barriers --------------------------------------------------------------------------------
@@ -247,6 +289,8 @@ class Access:
     buf: int  # id of the shared buffer's value
     write: bool
     tmap: object  # chunk_map(shape) or OTHER
+    lo: int = 0  # bytes of shared memory the buffer occupies: [lo, hi)
+    hi: int = 1 << 30
 
 
 class SyncState:
@@ -261,9 +305,9 @@ class SyncState:
     def conflicts(self, accesses: list[Access]) -> bool:
         for new in accesses:
             for old in self.pending:
-                if old.buf != new.buf or not (old.write or new.write):
+                if old.hi <= new.lo or new.hi <= old.lo or not (old.write or new.write):
                     continue
-                if old.tmap == OTHER or new.tmap == OTHER or old.tmap != new.tmap:
+                if old.buf != new.buf or old.tmap == OTHER or old.tmap != new.tmap:
                     return True
         return False
 

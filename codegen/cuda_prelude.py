@@ -1,8 +1,8 @@
 """CUDA backend support: C++ dtypes, value conversions, elementwise math, and the prelude.
 
 The prelude is the part of every generated translation unit that does not depend on the kernel:
-CUDA toolkit headers, sized memory words for vectorized accesses, `cp.async` wrappers (sm_80+,
-PTX ISA "cp.async"), and the C-like float -> int conversions of the interpreter (truncate toward
+CUDA toolkit headers, sized memory words for vectorized accesses, `cp.async`, `ldmatrix` and `mma.sync`
+wrappers (sm_80+, PTX ISA), and the C-like float -> int conversions of the interpreter (truncate toward
 zero, saturate). Conversions and math are emitted as explicit intrinsics so that the generated
 code reads like hand-written CUDA; arithmetic is in f32 (f64 for f64 outputs), rounded to the
 output dtype, exactly as dsl/interpreter.py defines it.
@@ -13,8 +13,8 @@ from __future__ import annotations
 C_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float", "f64": "double", "i8": "int8_t",
            "i32": "int32_t"}
 SIZES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "i32": 4}
-# dtypes WMMA 16x16x16 takes as operands with an f32 accumulator (sm_80+: f16 and bf16).
-WMMA_DTYPES = ("f16", "bf16")
+# dtypes mma.sync m16n8k16 takes as operands with an f32 accumulator (sm_80+: f16 and bf16).
+MMA_DTYPES = ("f16", "bf16")
 
 
 def compute_dtype(out: str) -> str:
@@ -87,10 +87,8 @@ def identity(fn: str, ct: str) -> str:
 PRELUDE = r"""#pragma nv_diag_suppress 177  // unused constants and indices are fine in generated code
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
-#include <mma.h>
 #include <cstdint>
-
-using namespace nvcuda;
+#include <type_traits>
 
 // ---- tkc prelude: the same in every kernel -------------------------------------------------
 
@@ -140,6 +138,40 @@ __device__ __forceinline__ void tk_cp_async_commit() { asm volatile("cp.async.co
 // Wait until at most N of this thread's committed cp.async groups are still in flight.
 template <int N>
 __device__ __forceinline__ void tk_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
+
+// Tensor cores (sm_80+, PTX ISA "Warp-level matrix instructions"): ldmatrix loads four 8x8 b16
+// matrices, each lane giving one 16-byte row address (lanes 8i..8i+7: matrix i); mma.sync
+// m16n8k16 multiplies a 16x16 A fragment (row-major) by a 16x8 B fragment into 16x8 f32.
+// Accumulator lane layout (g = lane / 4, t = lane % 4): d0, d1 at row g, columns 2t, 2t + 1;
+// d2, d3 at row g + 8, the same columns.
+__device__ __forceinline__ void tk_ldmatrix_x4(unsigned (&r)[4], const void* smem_row) {
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+// The same, each 8x8 matrix transposed (B stored [k][n] -> the k-major B fragment).
+__device__ __forceinline__ void tk_ldmatrix_x4_trans(unsigned (&r)[4], const void* smem_row) {
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+// d += a (16x16, f16 or bf16) * b (16x8), f32 accumulation.
+template <typename T>
+__device__ __forceinline__ void tk_mma_16816(float* d, const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    if constexpr (std::is_same<T, __half>::value) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+}
 
 // Float -> int like C and the tkc interpreter: truncate toward zero, saturate (NaN -> 0).
 __device__ __forceinline__ int32_t tk_to_i32(float x) { return __float2int_rz(x); }

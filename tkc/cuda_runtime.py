@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 
 from codegen import cuda as cuda_codegen
 from dsl.ir import print_module
@@ -95,6 +96,7 @@ class CudaLaunch:
         self.block = tuple(config["block"])
         self.smem = int(config["smem_bytes"])
         self._functions: dict[int, object] = {}  # device index -> cupy RawKernel
+        self._streams: dict[tuple, object] = {}  # (device index, torch stream handle) -> cupy stream
 
     def function(self, index: int):
         if index not in self._functions:
@@ -129,8 +131,13 @@ class CudaLaunch:
                 t = t.clone()  # (outputs are allocated fresh by tkc.runtime.Kernel, always aligned)
                 keep.append(t)
             args.append(numpy.uint64(t.data_ptr()))
-        stream = torch.cuda.current_stream(index).cuda_stream
-        with cupy.cuda.Device(index), cupy.cuda.ExternalStream(stream, index):
+        handle = torch.cuda.current_stream(index).cuda_stream
+        stream = self._streams.get((index, handle))
+        if stream is None:
+            with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for Stream.from_external
+                warnings.simplefilter("ignore", DeprecationWarning)
+                stream = self._streams[(index, handle)] = cupy.cuda.ExternalStream(handle, index)
+        with cupy.cuda.Device(index), stream:
             fn(self.grid, self.block, tuple(args), shared_mem=self.smem)
 
 

@@ -21,6 +21,7 @@ from profiles import examples
 from tkc import check, cuda_runtime, driver
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import test_gpu_miss as miss_gpu  # noqa: E402  (shapes, references and TileLang kernels of the MiSS tests)
 
 pytestmark = pytest.mark.gpu
@@ -113,6 +114,27 @@ def test_programs_match_torch(name, m, seed):
     assert len(outs) == len(refs)
     for out, ref in zip(outs, refs):
         assert check.rel_error(out, ref) < RTOL
+
+
+@settings(max_examples=examples(2, 8, 3), deadline=None)
+@given(m=st.integers(1, 300), seed=st.integers(0, 2**16))
+def test_dtype_mix_matches_the_interpreter(tmp_path_factory, m, seed):
+    """bf16 tensor cores with a shared-memory accumulator, a reduction in a pipelined loop, f64
+    and int outputs (tests/test_cuda.py's DTYPE_MIX) against the reference interpreter."""
+    from dsl.interpreter import run
+    from test_cuda import DTYPE_MIX
+
+    path = tmp_path_factory.mktemp("mix") / "dtype_mix.tk"
+    path.write_text(DTYPE_MIX)
+    module = driver.optimize(driver.frontend(str(path), {"M": m}), "tilelang")
+    inputs = check.random_inputs(module, seed, "cuda")
+    outs = cuda_kernel(str(path))(*inputs)
+    args = module.func.body.args
+    want = run(module, {a.name: t.float().cpu().numpy() if t.is_floating_point() else t.cpu().numpy()
+                        for a, t in zip(args, inputs)})
+    for out, name in zip(outs, ["Y", "Z", "D", "J"]):
+        ref = torch.from_numpy(want[name].astype("float64")).float()
+        assert check.rel_error(out.float(), ref) < RTOL, name
 
 
 @pytest.mark.parametrize("name", ["cluster_reduce_dsmem", "cluster_reduce_hbm"])
