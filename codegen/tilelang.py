@@ -235,6 +235,11 @@ class _Emitter:
 
     # ---- ops --------------------------------------------------------------------------------
     def op_for(self, op: Op, depth: int) -> None:
+        if op.attrs["kind"] == "pipelined" and not self.cpu:
+            for inner in op.walk():
+                if inner.name == "tile.peer_copy":
+                    raise error(inner.loc, "the TileLang backend cannot read a peer tile inside a pipelined loop",
+                                "use `range(...)` for this loop, or `--target cuda`")
         lo, hi, var = tl_expr(op.attrs["lo"]), tl_expr(op.attrs["hi"]), op.attrs["var"]
         rng = hi if lo == "0" else f"{lo}, {hi}"
         kind = op.attrs["kind"]

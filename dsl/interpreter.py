@@ -86,7 +86,15 @@ def run(module: Module, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {a.name: arrays[id(a)] for i, a in enumerate(args) if i in outs}
 
 
-class RaceError(ValueError):
+class ProgramError(ValueError):
+    """The program itself is wrong at run time (not the interpreter): `loc` is where."""
+
+    def __init__(self, loc, message: str):
+        super().__init__(f"{loc}: {message}")
+        self.loc, self.message = loc, message
+
+
+class RaceError(ProgramError):
     """Blocks of a cluster touch a shared tile in an order no barrier fixes (a data race)."""
 
 
@@ -97,7 +105,7 @@ def _launch(op: Op, env: dict[str, int], arrays: dict[int, np.ndarray]) -> None:
     csize = [exprs.evaluate(exprs.parse(c), env) for c in op.attrs.get("cluster", ["1"] * len(extents))]
     ranks = op.attrs.get("ranks", [])
     if any(n % c for n, c in zip(extents, csize)):
-        raise ValueError(f"grid {extents} does not divide into clusters of {csize}")
+        raise ProgramError(op.loc, f"the grid {extents} does not divide into clusters of {csize}")
     for cluster in itertools.product(*(range(n // c) for n, c in zip(extents, csize))):
         blocks = {}
         for rank in itertools.product(*(range(c) for c in csize)):
@@ -123,8 +131,8 @@ def _run_cluster(op: Op, blocks: dict[tuple, "_Block"]) -> None:
             except StopIteration:
                 done.append(rank)
         if arrived and done:
-            raise ValueError(f"cluster barrier reached by ranks {arrived} but not by {done}: the blocks "
-                             "of a cluster must pass the same barriers")
+            raise ProgramError(op.loc, f"a cluster barrier is reached by ranks {arrived} but not by {done}: "
+                               "the blocks of a cluster must pass the same barriers")
         _check_races(blocks, phase, final=not arrived)
         running = {r: running[r] for r in arrived}
         phase += 1
@@ -135,10 +143,10 @@ def _check_races(blocks: dict[tuple, "_Block"], phase: int, final: bool) -> None
         for (owner, buf), loc in reader.remote_reads.get(phase, {}).items():
             wrote = blocks[owner].local_writes.get(phase, {}).get(buf)
             if wrote is not None:
-                raise RaceError(f"race: {loc}: a block reads its peer's shared tile `{buf}` while the peer "
+                raise RaceError(loc, f"race: a block reads its peer's shared tile `{buf}` while the peer "
                                 f"writes it at {wrote} with no cluster barrier in between")
             if final:
-                raise RaceError(f"race: {loc}: a block reads its peer's shared tile `{buf}` after the last "
+                raise RaceError(loc, f"race: a block reads its peer's shared tile `{buf}` after the last "
                                 "cluster barrier; the peer may exit and free its shared memory first")
 
 
@@ -177,10 +185,10 @@ class _Block:
         rank = tuple(self.val(r) for r in op.attrs["rank"])
         peer = self.cluster.get(rank)
         if peer is None:
-            raise ValueError(f"{op.loc}: peer rank {list(rank)} is outside the cluster")
-        self.remote_reads.setdefault(self.phase, {}).setdefault((rank, src.name), str(op.loc))
+            raise ProgramError(op.loc, f"peer rank {list(rank)} is outside the cluster")
+        self.remote_reads.setdefault(self.phase, {}).setdefault((rank, src.name), op.loc)
         if id(src) not in peer.arrays:  # the peer has not even allocated it in this phase
-            raise RaceError(f"race: {op.loc}: a block reads its peer's shared tile `{src.name}` before the "
+            raise RaceError(op.loc, f"race: a block reads its peer's shared tile `{src.name}` before the "
                             "peer writes it, with no cluster barrier in between")
         self.arrays[id(dst)][...] = round_to(peer.arrays[id(src)], dst.type.dtype)
 

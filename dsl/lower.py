@@ -78,7 +78,7 @@ class _Lowerer(ExprLowerer):
         self.env = {**self.dims, **self.consts}
 
         body = Region()
-        func = O.FuncOp(regions=[body], loc=k.loc, attrs={
+        func = self.func = O.FuncOp(regions=[body], loc=k.loc, attrs={
             "sym_name": k.name, "dims": self.dims, "consts": self.consts,
             "outputs": list(range(len(k.inputs), len(k.inputs) + len(k.outputs))),
             "reference": k.reference[0] if k.reference else ""})
@@ -155,14 +155,25 @@ class _Lowerer(ExprLowerer):
             threads = self.index(g.threads, allow_vars=False)
         else:
             threads = exprs.Sym("threads") if "threads" in self.consts else exprs.Num(128)
+        n = exprs.evaluate(threads, self.env)
+        if not 1 <= n <= 1024:
+            raise error(g.threads.loc if g.threads is not None else g.loc,
+                        f"a block has 1 to 1024 threads, got {n}", "set `threads` to e.g. 128 or 256")
+        names = list(g.vars) + list(g.ranks)
+        for i, v in enumerate(names):
+            if v in names[:i]:
+                raise error(g.loc, f"`{v}` names two grid or rank indices", "give every block index and rank its own name")
         launch = O.LaunchOp(regions=[Region()], loc=g.loc,
                             attrs={"grid": extents, "vars": list(g.vars), "threads": exprs.to_str(threads)})
         if g.cluster or g.ranks:
             if len(g.cluster) != len(g.extents) or len(g.ranks) != len(g.cluster):
-                raise error(g.loc, f"the cluster has {len(g.cluster)} extents and {len(g.ranks)} rank names "
+                raise error(g.loc, f"the cluster has {len(g.cluster)} extent(s) and {len(g.ranks)} rank name(s) "
                             f"for a {len(g.extents)}-d grid",
                             "give one cluster extent and one rank name per grid dimension, e.g. "
                             "`grid (B) as (b) cluster (2) as (r)`")
+            for e in g.cluster:
+                if exprs.evaluate(self.index(e, allow_vars=False), self.env) <= 0:
+                    raise error(e.loc, "a cluster extent must be positive")
             launch.attrs["cluster"] = [exprs.to_str(self.index(e, allow_vars=False)) for e in g.cluster]
             launch.attrs["ranks"] = list(g.ranks)
         self.emit(launch)
@@ -196,6 +207,8 @@ class _Lowerer(ExprLowerer):
             return self.emit(O.ClusterBarrierOp(loc=s.loc))
         if isinstance(s, A.If):
             cond = self.index(s.cond, allow_vars=False)
+            fixed = self.func.attrs.setdefault("static", [])
+            fixed.extend(sorted(n for n in exprs.names(cond) if n in self.consts and n not in fixed))
             branch = s.then if exprs.evaluate(cond, self.env) else s.orelse
             self.scopes.append({})  # names bound in a branch stay in it
             for inner in branch:

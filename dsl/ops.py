@@ -28,7 +28,8 @@ class FuncOp(Op):
 
     Attributes: `sym_name` (kernel name), `dims` (problem dims -> int, the compile is
     specialized on them), `consts` (schedule constants -> int), `outputs` (indices of the
-    arguments the kernel writes), `reference` (the torch expression that defines the result).
+    arguments the kernel writes), `reference` (the torch expression that defines the result),
+    optional `static` (constants that chose a branch of a static `if` during lowering).
 
     Example: `tile.func() {consts = {BM = 64}, dims = {M = 128}, outputs = [1], reference = "A",
     sym_name = "k"} loc("k.tk":1:1) { ^(%A: global<f16[M]>, %C: global<f16[M]>) ... }`

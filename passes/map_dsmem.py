@@ -129,6 +129,14 @@ def _mark(launch: Op) -> None:
             op.attrs["dsmem"] = True
 
 
+def _runs(loop: Op) -> bool:
+    """Whether `loop` surely runs at least once (its bounds are integers after `tile`)."""
+    try:
+        return exprs.evaluate(exprs.parse(loop.attrs["hi"]), {}) > exprs.evaluate(exprs.parse(loop.attrs["lo"]), {})
+    except exprs.ExprError:  # bounds depend on other indices: assume it may not run
+        return False
+
+
 def _written(op: Op) -> str | None:
     """The shared tile `op` writes, if any (every writing op writes its last operand)."""
     if op.name in ("tile.alloc", "tile.launch", "tile.for", "tile.cluster_barrier") or not op.operands:
@@ -154,11 +162,15 @@ def _order(ops: list[Op], state: _State) -> list[Op]:
             out.append(op)
             continue
         if op.name == "tile.for":
+            entry = state.copy()
             first = state.copy()
             body = _order(op.body.ops, first)
             again = first.copy()  # a second iteration sees what the first left behind
             op.body.ops[:] = _order(body, again)
             state.writes, state.reads = again.writes, again.reads
+            if not _runs(op):  # zero iterations: whatever was pending before the loop still is
+                state.writes.update(entry.writes)
+                state.reads.update(entry.reads)
             out.append(op)
             continue
         read = op.operands[0].name if op.name == "tile.peer_copy" else None

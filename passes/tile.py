@@ -55,6 +55,9 @@ class TilePass:
                             f"schedule constants: {', '.join(sorted(consts)) or 'none'}")
             if value <= 0:
                 raise error(func.loc, f"tile size `{key}` must be positive, got {value}")
+            if key in func.attrs.get("static", []):
+                raise error(func.loc, f"`{key}` selects code in a static `if`, which lowering already resolved",
+                            f"set it before lowering: `-D {key}={value}`")
             consts[key] = value
         func.attrs["consts"] = consts
         func.attrs["tiled"] = True

@@ -36,6 +36,12 @@ def build(artifact: driver.Artifact, cache: Cache):
     if artifact.target not in ("tilelang", "tilelang-cpu"):
         raise error(Loc(artifact.module.func.loc.file, 0, 0), f"target `{artifact.target}` cannot be launched",
                 "launchable targets: tilelang, tilelang-cpu")
+    if artifact.target == "tilelang":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise error(Loc(artifact.module.func.loc.file, 0, 0), "target `tilelang` needs a CUDA GPU",
+                        "run on the CPU with `--target tilelang-cpu` or `--target interp`")
     try:
         func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}")
         if artifact.target == "tilelang-cpu":
@@ -65,7 +71,8 @@ class _Interpreted:
 def _interpreter(module):
     """A callable like a TileLang kernel (every argument tensor, outputs written in place) that
     runs the final IR in the reference interpreter; clusters are simulated rank by rank."""
-    from dsl.interpreter import run
+    from dsl.diagnostics import Diagnostic, TkError
+    from dsl.interpreter import ProgramError, run
 
     def launch(*tensors):
         import torch
@@ -74,7 +81,11 @@ def _interpreter(module):
         outs = module.func.attrs["outputs"]
         inputs = {a.name: t.detach().cpu().float().numpy() if t.is_floating_point() else t.detach().cpu().numpy()
                   for i, (a, t) in enumerate(zip(args, tensors)) if i not in outs}
-        results = run(module, inputs)
+        try:
+            results = run(module, inputs)
+        except ProgramError as exc:  # a race or barrier mismatch in the user's program
+            raise TkError(Diagnostic(exc.loc, exc.message, ["found by the reference interpreter (target `interp`)"]))
+
         for i in outs:
             out = tensors[i]
             out.copy_(torch.from_numpy(results[args[i].name].astype("float32")).to(out.dtype))
