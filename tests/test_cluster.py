@@ -150,3 +150,51 @@ def test_tir_lowers_the_dsmem_example():
 
     art = driver.compile_file(path_of("cluster_reduce_dsmem"), "tir", {}, Cache(os.environ["TKC_CACHE_DIR"]))
     assert '"cluster_dims": [2, 1, 1]' in art.source and "tkc_peer_ptr" in art.source
+
+
+ZERO_TRIP = """kernel z<threads=128, Z=1>(X: f16[B, N]) -> (Y: f16[B, N])
+    where B = 2, N = 64
+    reference "X.view(-1, 2, N).flip(1).reshape(B, N).float()"
+{
+    grid (B) as (b) cluster (2) as (r) threads(threads)
+    S = shared(X[b : +1, :])
+    for i in range(Z) {
+        sync cluster
+    }
+    Y[b : +1, :] = peer(S, (r + 1) % 2)
+}
+"""
+
+
+@pytest.mark.parametrize("z", [0, 1, 2])
+def test_map_dsmem_does_not_trust_a_barrier_in_a_loop_that_may_not_run(tmp_path, z):
+    path = tmp_path / "z.tk"
+    path.write_text(ZERO_TRIP)
+    module = optimize(frontend(str(path), {"Z": z}), "tilelang")
+    inputs = random_inputs(module, z, "cpu")
+    out = interpret(module, inputs)["Y"]
+    (ref,) = reference(module, inputs)
+    assert rel_error(torch.from_numpy(out.astype(np.float32)), ref) == 0
+
+
+def test_a_race_found_by_the_interpreter_is_a_located_user_error(tmp_path, capsys):
+    from tkc.cli import main
+
+    path = tmp_path / "race.tk"
+    path.write_text(ZERO_TRIP)
+    # Without map-dsmem the program races: run the IR as lowered through `tkc opt` + interp.
+    tiled = run_pipeline(frontend(str(path)), parse_pipeline("tile"))
+    with pytest.raises(RaceError) as info:
+        interpret(tiled, random_inputs(tiled, 0, "cpu"))
+    assert info.value.loc.file == str(path) and info.value.loc.line == 10
+    assert main(["run", str(path), "--target", "interp", "--check"]) == 0  # map-dsmem makes it race-free
+    capsys.readouterr()
+
+
+def test_static_if_constants_cannot_be_rebound_by_tile(capsys):
+    from tkc.cli import main
+
+    assert main(["opt", path_of("cluster_reduce_dsmem"), "-p", "tile{STAGE=1}"]) == 1
+    err = capsys.readouterr().err
+    assert "`STAGE` selects code in a static `if`" in err and "-D STAGE=1" in err
+    assert main(["opt", path_of("cluster_reduce_dsmem"), "-D", "STAGE=1", "-p", "tile"]) == 0
