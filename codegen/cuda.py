@@ -368,37 +368,42 @@ class _Emitter(AccessMixin, GemmMixin):
         self.line(d, "}")
         return st
 
-    def loop_body(self, ops: list[Op], d: int, st: SyncState, top=None) -> None:
+    def loop_body(self, ops: list[Op], d: int, st: SyncState, top=None, bottom=None) -> None:
         """Emit a loop body whose entry state is `st` joined with its own exit state (the previous
-        iteration's accesses); `st` becomes the state after the loop. `top(d, state)` emits the
-        start of every iteration."""
+        iteration's accesses); `st` becomes the state after the loop. `top(d, state)` and
+        `bottom(d, state)` emit the start and the end of every iteration."""
         entry = st.copy()
         state = entry.copy()
-        for _ in range(4):  # iterate to the fixed point of the loop-carried state
-            saved = self.lines
-            self.lines = []
-            trial = state.copy()
+
+        def one(s: SyncState) -> SyncState:
             if top is not None:
-                top(d, trial)
-            out = self.region(ops, d, trial)
+                top(d, s)
+            out = self.region(ops, d, s)
+            if bottom is not None:
+                bottom(d, out)
+            return out
+
+        for _ in range(4):  # iterate to the fixed point of the loop-carried state
+            saved, self.lines = self.lines, []
+            out = one(state.copy())
             self.lines = saved
             nxt = entry.copy()
             nxt.merge(out)
             if nxt.key() == state.key():
                 break
             state = nxt
-        if top is not None:
-            top(d, state)
-        out = self.region(ops, d, state)
-        st.merge(out)
+        st.merge(one(state))
 
     def async_copies(self, loop: Op) -> list[Op]:
         return [o for o in loop.body.ops if o.name == "tile.copy" and o.attrs.get("async")
                 and o.operands[0].type.space == "global" and self.plan.where(o.operands[1]) == "shared"]
 
     def pipelined(self, op: Op, d: int, st: SyncState, copies: list[Op]) -> SyncState:
-        """A pipelined loop: the loads of iteration s + stages - 1 are issued (cp.async) while
-        iteration s computes, into stage (s - lo) % stages of each staging tile."""
+        """A pipelined loop with `stages` copies of each staging tile: the loads of the first
+        `stages` iterations are issued (cp.async) before the loop; iteration s waits for its own,
+        computes, then refills the stage it used with the loads of iteration s + stages. When
+        other threads read a staging tile, barriers go after the wait (its data is every
+        thread's) and before the refill (every thread is done with the stage)."""
         var = op.attrs["var"]
         stages = self.value(op.attrs["stages"])
         bufs = [c.operands[1] for c in copies]
@@ -409,48 +414,40 @@ class _Emitter(AccessMixin, GemmMixin):
                             "run `software-pipeline` on the IR (it sizes the staging tiles)")
         barrier = self.staged_barrier(op, bufs)
         v, lo, hi = self.cname(var), self.cexpr(op.attrs["lo"]), self.cexpr(op.attrs["hi"])
-        ahead = stages - 1
-        self.line(d, f"// for {var} in [{op.attrs['lo']}, {op.attrs['hi']}), pipelined with {stages} stage(s): "
-                  f"loads issued {ahead} iteration(s) ahead ({_loc(op)})")
+        self.line(d, f"// for {var} in [{op.attrs['lo']}, {op.attrs['hi']}), pipelined: {stages} stage(s) of loads "
+                  f"in flight through cp.async ({_loc(op)})")
         self.sync([self.access(b, True, chunk_map(shape_of(b))) for b in bufs], d, st)
         self.line(d, "{")
         d += 1
         rel = lambda x: x if lo == "0" else f"({x} - {lo})"  # noqa: E731
-        if ahead:
-            self.line(d, f"// prologue: the loads of the first {ahead} iteration(s)")
-            self.line(d, "#pragma unroll")
-            self.line(d, f"for (int {v} = {lo}; {v} < {lo} + {ahead}; ++{v}) {{")
-            self.line(d + 1, f"if ({v} < {hi}) {{")
-            self.issue(copies, d + 2, f"{rel(v)} % {stages}")
-            self.line(d + 1, "}")
-            self.line(d + 1, "tk_cp_async_commit();")
-            self.line(d, "}")
-        pre, stage = self.op_names(op, f"{var}_ahead", f"stage_{var}")
+        first = f"{lo} + " if lo != "0" else ""
+        self.line(d, f"// prologue: the loads of the first {stages} iteration(s)")
+        self.line(d, "#pragma unroll")
+        self.line(d, f"for (int {v} = {lo}; {v} < {first}{stages}; ++{v}) {{")
+        self.line(d + 1, f"if ({v} < {hi}) {{")
+        self.issue(copies, d + 2, rel(v))
+        self.line(d + 1, "}")
+        self.line(d + 1, "tk_cp_async_commit();")
+        self.line(d, "}")
+        nxt, stage = self.op_names(op, f"{var}_next", f"stage_{var}")
 
         def top(dd: int, state: SyncState) -> None:
-            if ahead:
-                self.line(dd, f"tk_cp_async_wait<{ahead - 1}>();  // this thread's loads for iteration {v} have landed")
-                if barrier:
-                    self.line(dd, "__syncthreads();  // ... every thread's, and iteration "
-                              f"{v} - 1 is done with the stage refilled next")
-                    state.clear()
-                self.line(dd, f"if (const int {pre} = {v} + {ahead}; {pre} < {hi}) {{")
-                self.override[var] = pre
-                self.issue(copies, dd + 1, f"{rel(pre)} % {stages}")
-                del self.override[var]
-                self.line(dd, "}")
-                self.line(dd, "tk_cp_async_commit();")
-                self.line(dd, f"const int {stage} = {rel(v)} % {stages};")
-            else:
-                if barrier:
-                    self.line(dd, f"__syncthreads();  // iteration {v} - 1 is done with the staging tiles")
-                self.issue(copies, dd, "0")
-                self.line(dd, "tk_cp_async_commit();")
-                self.line(dd, "tk_cp_async_wait<0>();")
-                if barrier:
-                    self.line(dd, "__syncthreads();")
-                    state.clear()
-                self.line(dd, f"const int {stage} = 0;")
+            self.line(dd, f"tk_cp_async_wait<{stages - 1}>();  // this thread's loads for iteration {v} have landed")
+            if barrier:
+                self.line(dd, "__syncthreads();  // ... and every thread's")
+                state.clear()
+            self.line(dd, f"const int {stage} = {rel(v)} % {stages};" if stages > 1 else f"const int {stage} = 0;")
+
+        def bottom(dd: int, state: SyncState) -> None:
+            if barrier:
+                self.line(dd, f"__syncthreads();  // every thread is done with stage {stage}")
+                state.clear()
+            self.line(dd, f"if (const int {nxt} = {v} + {stages}; {nxt} < {hi}) {{  // refill the stage")
+            self.override[var] = nxt
+            self.issue(copies, dd + 1, stage)
+            del self.override[var]
+            self.line(dd, "}")
+            self.line(dd, "tk_cp_async_commit();")
 
         self.line(d, f"for (int {v} = {lo}; {v} < {hi}; ++{v}) {{")
         body = [o for o in op.body.ops if not any(o is c for c in copies)]
@@ -458,7 +455,7 @@ class _Emitter(AccessMixin, GemmMixin):
         self.staged |= {id(b) for b in bufs}
         for b in bufs:
             self.slot[id(b)] = stage
-        self.loop_body(body, d + 1, st, top)
+        self.loop_body(body, d + 1, st, top, bottom)
         self.staged = saved
         for b in bufs:
             del self.slot[id(b)]

@@ -23,6 +23,8 @@ from tkc import check, cuda_runtime, driver
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import test_gpu_miss as miss_gpu  # noqa: E402  (shapes, references and TileLang kernels of the MiSS tests)
+from dsl.interpreter import run  # noqa: E402
+from test_cuda import DTYPE_MIX  # noqa: E402  (at import time: its @given tests must not nest in ours)
 
 pytestmark = pytest.mark.gpu
 
@@ -121,9 +123,6 @@ def test_programs_match_torch(name, m, seed):
 def test_dtype_mix_matches_the_interpreter(tmp_path_factory, m, seed):
     """bf16 tensor cores with a shared-memory accumulator, a reduction in a pipelined loop, f64
     and int outputs (tests/test_cuda.py's DTYPE_MIX) against the reference interpreter."""
-    from dsl.interpreter import run
-    from test_cuda import DTYPE_MIX
-
     path = tmp_path_factory.mktemp("mix") / "dtype_mix.tk"
     path.write_text(DTYPE_MIX)
     module = driver.optimize(driver.frontend(str(path), {"M": m}), "tilelang")
