@@ -449,6 +449,7 @@ class _Emitter(AccessMixin, GemmMixin):
             self.line(dd, "}")
             self.line(dd, "tk_cp_async_commit();")
 
+        self.line(d, "#pragma unroll 1  // one pipeline step per trip keeps registers for occupancy")
         self.line(d, f"for (int {v} = {lo}; {v} < {hi}; ++{v}) {{")
         body = [o for o in op.body.ops if not any(o is c for c in copies)]
         saved = set(self.staged)
