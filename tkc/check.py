@@ -75,7 +75,7 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
     if target is None:  # TileLang's C target has no clusters: the interpreter simulates them
         clusters = any("cluster" in op.attrs for op in module.walk() if op.name == "tile.launch")
         target = "tilelang" if torch.cuda.is_available() else ("interp" if clusters else "tilelang-cpu")
-    device = "cuda" if target == "tilelang" else "cpu"
+    device = "cuda" if target in ("tilelang", "cuda") else "cpu"
     inputs = random_inputs(module, seed, device)
     kernel = Kernel(path, target, defines, cache)
     outputs = kernel(*inputs)

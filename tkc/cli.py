@@ -14,7 +14,7 @@ import traceback
 
 from dsl.diagnostics import Loc, TkError, error
 
-TARGETS = ("tilelang", "tilelang-cpu", "tir")
+TARGETS = ("tilelang", "tilelang-cpu", "tir", "cuda")
 
 
 def _define(text: str) -> tuple[str, int]:
@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run on random inputs; --check compares with the torch reference")
     r.add_argument("file")
-    r.add_argument("--target", default=None, choices=("tilelang", "tilelang-cpu", "interp"),
+    r.add_argument("--target", default=None, choices=("tilelang", "tilelang-cpu", "cuda", "interp"),
                    help="default: tilelang on a CUDA GPU, else tilelang-cpu (interp for cluster kernels); interp: the reference interpreter")
     r.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="NAME=VALUE")
     r.add_argument("--check", action="store_true", help="compare with the reference; exit 1 on mismatch")

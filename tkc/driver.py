@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from dsl.diagnostics import Loc, error
 from tkc.cache import Cache, cache_key, tool_versions
 
-TARGETS = ("tilelang", "tilelang-cpu", "tir")
-SOURCE_FILE = {"tilelang": "kernel.py", "tilelang-cpu": "kernel.py", "tir": "kernel_tir.py"}
+TARGETS = ("tilelang", "tilelang-cpu", "tir", "cuda")
+SOURCE_FILE = {"tilelang": "kernel.py", "tilelang-cpu": "kernel.py", "tir": "kernel_tir.py", "cuda": "kernel.cu"}
 IR_FILE = "kernel.tkir"
 
 
@@ -132,6 +132,10 @@ def emit(module, target: str, cache: Cache | None = None) -> Artifact:
         from codegen import tilelang
 
         source = tilelang.emit(module)
+    elif target == "cuda":
+        from codegen import cuda
+
+        source = cuda.emit(module)
     else:
         from codegen import tilelang_cpu
 

@@ -28,20 +28,25 @@ def _tilelang(cache: Cache):
 
 
 def build(artifact: driver.Artifact, cache: Cache):
-    """A TileLang JIT kernel for a `tilelang` or `tilelang-cpu` artifact; call it with every
-    argument tensor (inputs then outputs)."""
+    """A launchable kernel for a `tilelang`, `tilelang-cpu` or `cuda` artifact (TileLang's JIT
+    kernel, or tkc/cuda_runtime.py's CuPy launch); call it with every argument tensor (inputs
+    then outputs). Raises TkError when the target needs a GPU that is not there."""
     from codegen.tir import load_prim_func
 
+    if artifact.target in ("tilelang", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise error(Loc(artifact.module.func.loc.file, 0, 0), f"target `{artifact.target}` needs a CUDA GPU",
+                        "run on the CPU with `--target tilelang-cpu` or `--target interp`")
+    if artifact.target == "cuda":
+        from tkc import cuda_runtime
+
+        return cuda_runtime.build(artifact, cache)
     tilelang = _tilelang(cache)
     if artifact.target not in ("tilelang", "tilelang-cpu"):
         raise error(Loc(artifact.module.func.loc.file, 0, 0), f"target `{artifact.target}` cannot be launched",
                 "launchable targets: tilelang, tilelang-cpu")
-    if artifact.target == "tilelang":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise error(Loc(artifact.module.func.loc.file, 0, 0), "target `tilelang` needs a CUDA GPU",
-                        "run on the CPU with `--target tilelang-cpu` or `--target interp`")
     try:
         func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}")
         if artifact.target == "tilelang-cpu":
@@ -58,7 +63,7 @@ class BackendError(RuntimeError):
 
 
 INTERP = "interp"  # the reference interpreter (dsl/interpreter.py): slow, exact, any program
-LAUNCH_TARGETS = ("tilelang", "tilelang-cpu", INTERP)
+LAUNCH_TARGETS = ("tilelang", "tilelang-cpu", "cuda", INTERP)
 
 
 class _Interpreted:
