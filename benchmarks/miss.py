@@ -387,8 +387,10 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=None,
                    help="processes that pre-build the tkc kernels in parallel (default: min(8, CPUs); 1 = none)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--target", default=None, choices=("tilelang", "tilelang-cpu", "cuda"),
+                   help="tkc backend for the examples (default tilelang; --cpu tilelang-cpu)")
     args = p.parse_args(argv)
-    args.target = "tilelang-cpu" if args.cpu else "tilelang"
+    args.target = args.target or ("tilelang-cpu" if args.cpu else "tilelang")
     args.shapes = [parse_shape(t) for t in (args.shapes or ",".join(CPU_SHAPES if args.cpu else GPU_SHAPES)).split(",")]
     known = TORCH_VARIANTS + EXAMPLES
     if args.variants:
