@@ -368,20 +368,21 @@ class _Emitter(AccessMixin, GemmMixin):
         self.line(d, "}")
         return st
 
-    def loop_body(self, ops: list[Op], d: int, st: SyncState, top=None, bottom=None) -> None:
+    def loop_body(self, ops: list[Op], d: int, st: SyncState, top=None, bottom=None, split: int | None = None) -> None:
         """Emit a loop body whose entry state is `st` joined with its own exit state (the previous
-        iteration's accesses); `st` becomes the state after the loop. `top(d, state)` and
-        `bottom(d, state)` emit the start and the end of every iteration."""
+        iteration's accesses); `st` becomes the state after the loop. `top(d, state)` emits the
+        start of every iteration, `bottom(d, state)` what follows `ops[:split]` (default: all)."""
         entry = st.copy()
         state = entry.copy()
+        split = len(ops) if split is None else split
 
         def one(s: SyncState) -> SyncState:
             if top is not None:
                 top(d, s)
-            out = self.region(ops, d, s)
+            out = self.region(ops[:split], d, s)
             if bottom is not None:
                 bottom(d, out)
-            return out
+            return self.region(ops[split:], d, out)
 
         for _ in range(4):  # iterate to the fixed point of the loop-carried state
             saved, self.lines = self.lines, []
@@ -401,9 +402,8 @@ class _Emitter(AccessMixin, GemmMixin):
     def pipelined(self, op: Op, d: int, st: SyncState, copies: list[Op]) -> SyncState:
         """A pipelined loop with `stages` copies of each staging tile: the loads of the first
         `stages` iterations are issued (cp.async) before the loop; iteration s waits for its own,
-        computes, then refills the stage it used with the loads of iteration s + stages. When
-        other threads read a staging tile, barriers go after the wait (its data is every
-        thread's) and before the refill (every thread is done with the stage)."""
+        computes, and refills the stage it used with the loads of iteration s + stages. When other threads read a staging tile, barriers go after the
+        wait (its data is every thread's) and before the refill (every thread is done with it)."""
         var = op.attrs["var"]
         stages = self.value(op.attrs["stages"])
         bufs = [c.operands[1] for c in copies]
@@ -452,6 +452,8 @@ class _Emitter(AccessMixin, GemmMixin):
         self.line(d, "#pragma unroll 1  // one pipeline step per trip keeps registers for occupancy")
         self.line(d, f"for (int {v} = {lo}; {v} < {hi}; ++{v}) {{")
         body = [o for o in op.body.ops if not any(o is c for c in copies)]
+        # The refill goes at the end of the iteration: on an H200, refilling right after the last
+        # reader of the staging tile (before miss.tk's C stores) took 234 instead of 216 us.
         saved = set(self.staged)
         self.staged |= {id(b) for b in bufs}
         for b in bufs:

@@ -267,7 +267,7 @@ class AccessMixin:
                 if gc.cond:
                     self.line(d, f"tk_cp_async<{gc.word}>({s_at}, ok ? {g_at} : {gc.base}, ok);")
                 else:
-                    self.line(d, f"tk_cp_async<{gc.word}>({s_at}, {g_at}, true);")
+                    self.line(d, f"tk_cp_async<{gc.word}>({s_at}, {g_at});")
             return
         zero = " = {}" if (gc.cond or gc.elem_cond) else ""
         self.line(d, f"alignas(16) {stype} gv[{ch.width}]{zero};")

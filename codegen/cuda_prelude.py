@@ -133,6 +133,17 @@ __device__ __forceinline__ void tk_cp_async(void* smem_dst, const void* gmem_src
     }
 }
 
+// The same without a bounds check (the whole word is always inside the tensor).
+template <int BYTES>
+__device__ __forceinline__ void tk_cp_async(void* smem_dst, const void* gmem_src) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+    if constexpr (BYTES == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(gmem_src) : "memory");
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" :: "r"(dst), "l"(gmem_src), "n"(BYTES) : "memory");
+    }
+}
+
 __device__ __forceinline__ void tk_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 // Wait until at most N of this thread's committed cp.async groups are still in flight.

@@ -3,7 +3,7 @@
 `build(artifact, cache)` compiles the generated translation unit (codegen/cuda.py) with nvcc
 (`-arch=sm_90a -cubin -O3`; sm_XY for other GPUs) into the artifact's cache entry directory,
 next to the source, and reuses the cubin on later builds (the file name carries the arch and a
-hash of `nvcc --version`, and is written atomically). Without nvcc it falls back to NVRTC
+hash of the source and of `nvcc --version`; it is written atomically). Without nvcc it falls back to NVRTC
 through CuPy. The cubin is loaded with CuPy (`cupy.RawModule`), the dynamic shared memory limit
 is raised when the kernel needs more than 48 KiB, and the returned callable launches on the
 current torch CUDA stream with the tensors' data pointers: it takes every argument tensor
@@ -67,7 +67,9 @@ def compile_cubin(source_path: str, arch: str) -> str:
     if nvcc is None:
         raise FileNotFoundError("nvcc")
     folder = os.path.dirname(source_path)
-    cubin = os.path.join(folder, f"kernel.{arch}.{nvcc_version(nvcc)}.cubin")
+    with open(source_path, "rb") as f:
+        digest = hashlib.sha256(f.read() + nvcc_version(nvcc).encode()).hexdigest()[:16]
+    cubin = os.path.join(folder, f"{os.path.basename(source_path).rsplit('.', 1)[0]}.{arch}.{digest}.cubin")
     if os.path.isfile(cubin):
         return cubin
     fd, tmp = tempfile.mkstemp(prefix=".kernel-", suffix=".cubin", dir=folder)
