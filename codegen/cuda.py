@@ -28,6 +28,7 @@ from dsl.ir import Module, Op, Value, format_attr_dict
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin
 from codegen.cuda_gemm import GemmMixin
+from codegen.cuda_loops import LoopMixin
 from codegen.cuda_plan import (Access, OTHER, SyncState, chunk_map, chunk_width, make_plan, numel,
                                shape_of)
 from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, PRELUDE, apply, combine, compute_dtype, convert, identity, literal
@@ -81,7 +82,7 @@ def _loc(op: Op) -> str:
     return f"{op.loc.file}:{op.loc.line}:{op.loc.col}"
 
 
-class _Emitter(AccessMixin, GemmMixin):
+class _Emitter(AccessMixin, GemmMixin, LoopMixin):
     def __init__(self, module: Module):
         self.m = module
         self.lines: list[str] = []
@@ -344,157 +345,6 @@ class _Emitter(AccessMixin, GemmMixin):
         attrs = {k: v for k, v in op.attrs.items() if k in ("fn", "axis", "value", "scalar", "accumulate", "async")}
         text = f"{op.name}({ops})"
         return text + (" " + format_attr_dict(attrs) if attrs else "")
-
-    # ---- loops ------------------------------------------------------------------------------
-    def op_for(self, op: Op, d: int, st: SyncState) -> SyncState:
-        var = op.attrs["var"]
-        try:
-            lo = exprs.bounds(exprs.parse(op.attrs["lo"]), self.ranges)[0]
-            hi = exprs.bounds(exprs.parse(op.attrs["hi"]), self.ranges)[1]
-        except exprs.ExprError:
-            raise error(op.loc, "the CUDA backend cannot bound this loop's index",
-                        "loop bounds may use dims, constants, grid indices and enclosing loop indices") from None
-        self.ranges[var] = (lo, max(lo, hi - 1))
-        kind = op.attrs["kind"]
-        copies = self.async_copies(op) if kind == "pipelined" else []
-        if copies:
-            return self.pipelined(op, d, st, copies)
-        v, lo_c, hi_c = self.cname(var), self.cexpr(op.attrs["lo"]), self.cexpr(op.attrs["hi"])
-        self.line(d, f"// for {var} in [{op.attrs['lo']}, {op.attrs['hi']}), {kind} ({_loc(op)})")
-        if kind == "unroll":
-            self.line(d, "#pragma unroll")
-        self.line(d, f"for (int {v} = {lo_c}; {v} < {hi_c}; ++{v}) {{")
-        self.loop_body(op.body.ops, d + 1, st)
-        self.line(d, "}")
-        return st
-
-    def loop_body(self, ops: list[Op], d: int, st: SyncState, top=None, bottom=None, split: int | None = None) -> None:
-        """Emit a loop body whose entry state is `st` joined with its own exit state (the previous
-        iteration's accesses); `st` becomes the state after the loop. `top(d, state)` emits the
-        start of every iteration, `bottom(d, state)` what follows `ops[:split]` (default: all)."""
-        entry = st.copy()
-        state = entry.copy()
-        split = len(ops) if split is None else split
-
-        def one(s: SyncState) -> SyncState:
-            if top is not None:
-                top(d, s)
-            out = self.region(ops[:split], d, s)
-            if bottom is not None:
-                bottom(d, out)
-            return self.region(ops[split:], d, out)
-
-        for _ in range(4):  # iterate to the fixed point of the loop-carried state
-            saved, self.lines = self.lines, []
-            out = one(state.copy())
-            self.lines = saved
-            nxt = entry.copy()
-            nxt.merge(out)
-            if nxt.key() == state.key():
-                break
-            state = nxt
-        st.merge(one(state))
-
-    def async_copies(self, loop: Op) -> list[Op]:
-        return [o for o in loop.body.ops if o.name == "tile.copy" and o.attrs.get("async")
-                and o.operands[0].type.space == "global" and self.plan.where(o.operands[1]) == "shared"]
-
-    def pipelined(self, op: Op, d: int, st: SyncState, copies: list[Op]) -> SyncState:
-        """A pipelined loop with `stages` copies of each staging tile: the loads of the first
-        `stages` iterations are issued (cp.async) before the loop; iteration s waits for its own,
-        computes, and refills the stage it used with the loads of iteration s + stages. When other threads read a staging tile, barriers go after the
-        wait (its data is every thread's) and before the refill (every thread is done with it)."""
-        var = op.attrs["var"]
-        stages = self.value(op.attrs["stages"])
-        bufs = [c.operands[1] for c in copies]
-        for b in bufs:
-            slots = self.plan.smem[id(b)].slots
-            if slots < stages:
-                raise error(op.loc, f"staging tile `{b}` has {slots} stage(s) for a {stages}-stage loop",
-                            "run `software-pipeline` on the IR (it sizes the staging tiles)")
-        barrier = self.staged_barrier(op, bufs)
-        v, lo, hi = self.cname(var), self.cexpr(op.attrs["lo"]), self.cexpr(op.attrs["hi"])
-        self.line(d, f"// for {var} in [{op.attrs['lo']}, {op.attrs['hi']}), pipelined: {stages} stage(s) of loads "
-                  f"in flight through cp.async ({_loc(op)})")
-        self.sync([self.access(b, True, chunk_map(shape_of(b))) for b in bufs], d, st)
-        self.line(d, "{")
-        d += 1
-        rel = lambda x: x if lo == "0" else f"({x} - {lo})"  # noqa: E731
-        first = f"{lo} + " if lo != "0" else ""
-        self.line(d, f"// prologue: the loads of the first {stages} iteration(s)")
-        self.line(d, "#pragma unroll")
-        self.line(d, f"for (int {v} = {lo}; {v} < {first}{stages}; ++{v}) {{")
-        self.line(d + 1, f"if ({v} < {hi}) {{")
-        self.issue(copies, d + 2, rel(v))
-        self.line(d + 1, "}")
-        self.line(d + 1, "tk_cp_async_commit();")
-        self.line(d, "}")
-        nxt, stage = self.op_names(op, f"{var}_next", f"stage_{var}")
-
-        def top(dd: int, state: SyncState) -> None:
-            self.line(dd, f"tk_cp_async_wait<{stages - 1}>();  // this thread's loads for iteration {v} have landed")
-            if barrier:
-                self.line(dd, "__syncthreads();  // ... and every thread's")
-                state.clear()
-            self.line(dd, f"const int {stage} = {rel(v)} % {stages};" if stages > 1 else f"const int {stage} = 0;")
-
-        def bottom(dd: int, state: SyncState) -> None:
-            if barrier:
-                self.line(dd, f"__syncthreads();  // every thread is done with stage {stage}")
-                state.clear()
-            self.line(dd, f"if (const int {nxt} = {v} + {stages}; {nxt} < {hi}) {{  // refill the stage")
-            self.override[var] = nxt
-            self.issue(copies, dd + 1, stage)
-            del self.override[var]
-            self.line(dd, "}")
-            self.line(dd, "tk_cp_async_commit();")
-
-        self.line(d, "#pragma unroll 1  // one pipeline step per trip keeps registers for occupancy")
-        self.line(d, f"for (int {v} = {lo}; {v} < {hi}; ++{v}) {{")
-        body = [o for o in op.body.ops if not any(o is c for c in copies)]
-        # The refill goes at the end of the iteration: on an H200, refilling right after the last
-        # reader of the staging tile (before miss.tk's C stores) took 234 instead of 216 us.
-        saved = set(self.staged)
-        self.staged |= {id(b) for b in bufs}
-        for b in bufs:
-            self.slot[id(b)] = stage
-        self.loop_body(body, d + 1, st, top, bottom)
-        self.staged = saved
-        for b in bufs:
-            del self.slot[id(b)]
-        self.line(d, "}")
-        self.line(d, "tk_cp_async_wait<0>();")
-        # The staging tiles are read after the loop only by its next run (inside an outer loop).
-        st.add([self.access(b, False, OTHER if barrier else chunk_map(shape_of(b))) for b in bufs])
-        self.line(d - 1, "}")
-        return st
-
-    def staged_barrier(self, loop: Op, bufs: list[Value]) -> bool:
-        """Whether some op of the loop reads a staging tile under another thread map than the
-        cp.async that fills it (then each iteration starts with a barrier)."""
-        ids = {id(b): chunk_map(shape_of(b)) for b in bufs}
-        for o in loop.walk():
-            if o is loop or o.name in ("tile.for", "tile.alloc") or (o.name == "tile.copy" and o.attrs.get("async")):
-                continue
-            for a in self.accesses(o):
-                if a.buf in ids and a.tmap != ids[a.buf]:
-                    return True
-        return False
-
-    def issue(self, copies: list[Op], d: int, slot: str) -> None:
-        """The global -> staging-tile loads of `copies` into stage `slot`."""
-        for c in copies:
-            dst = c.operands[1]
-            saved = self.slot.get(id(dst))
-            self.slot[id(dst)] = slot
-            async_ = self.can_cp_async(c)
-            how = "cp.async" if async_ else "synchronous loads (cp.async cannot take this tile)"
-            self.line(d, f"// {self.describe(c)} via {how} ({_loc(c)})")
-            self.chunk_loop(shape_of(dst), d, lambda ch, dd, c=c, a=async_: self.load_chunk(c, ch, dd, a))
-            if saved is None:
-                del self.slot[id(dst)]
-            else:
-                self.slot[id(dst)] = saved
 
     # ---- clusters ---------------------------------------------------------------------------
     def op_peer_copy(self, op: Op, d: int) -> None:

@@ -197,10 +197,8 @@ class AccessMixin:
             conds.append(f"{gk} < {n}")
         elem_cond = None
         if not vec and checked[-1]:
-            neg = self.may_be_negative(texts[-1])
-
-            def elem_cond(e, at=g[-1], n=dims[-1], neg=neg):
-                return (f"{at} + {e} >= 0 && " if neg else "") + f"{at} + {e} < {n}"
+            at, n, neg = g[-1], dims[-1], self.may_be_negative(texts[-1])
+            elem_cond = lambda e: (f"{at} + {e} >= 0 && " if neg else "") + f"{at} + {e} < {n}"  # noqa: E731
         terms, stride = [], 1
         for k in range(len(dims) - 1, -1, -1):
             gk = g[k]
