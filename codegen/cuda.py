@@ -247,7 +247,6 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             ctype = C_TYPES[v.type.dtype]
             what = f"{v.type.dtype}[{', '.join(map(str, shape_of(v)))}]"
             extra = f", {buf.slots} stages of {buf.slot_elems} elements" if buf.slots > 1 else ""
-            extra += ", 16-byte units swizzled by row % 8" if buf.swizzle else ""
             kind = "" if v.type.space == "shared" else f" ({v.type.space} tile kept in shared memory)"
             self.line(1, f"{ctype}* const {self.name(v)} = reinterpret_cast<{ctype}*>(smem + {buf.offset});  "
                       f"// {what}{kind}, row pitch {buf.pitch}{extra}")

@@ -124,12 +124,6 @@ class AccessMixin:
         slot = self.slot.get(id(v))
         if slot is not None:
             terms.append(f"{slot} * {buf.slot_elems}")
-        if buf.swizzle:  # rank 2, 2-byte elements, rows of whole 128-byte segments
-            row, col = (x if re.fullmatch(r"\w+", x) else f"({x})" for x in idx)
-            terms.append(f"{row} * {buf.pitch}" if idx[0] != "0" else "0")
-            unit = f"{col} / 8" if idx[0] == "0" else f"({col} / 8 ^ {row} % 8)"
-            terms.append(f"{unit} * 8 + {col} % 8")
-            return " + ".join(t for t in terms if t != "0")
         for i, n, st in zip(idx, shape, strides):
             if n == 1 or i == "0":
                 continue

@@ -88,7 +88,6 @@ class SmemBuffer:
     pitch: int  # elements per row (last dim plus padding)
     slots: int  # pipeline stages
     offset: int = 0  # bytes from the start of dynamic shared memory
-    swizzle: bool = False  # 16-byte units of each 128-byte row segment XOR-permuted by row % 8
 
     @property
     def slot_elems(self) -> int:
@@ -213,22 +212,16 @@ def _register_ok(v: Value, op: Op, role: str, plan: Plan) -> bool:
     return role == "acc" and plan.gemms[id(op)].kind == "simt"
 
 
-def _pitch(v: Value, uses) -> tuple[int, bool]:
-    """(row pitch in elements, swizzled) of a shared tile. The 8 rows one ldmatrix reads must fall
-    in different banks: tensor-core operand tiles whose rows are whole 128-byte segments are
-    swizzled (16-byte unit u of row r is stored at unit u ^ (r % 8) of its segment, like
-    TileLang's layouts; rows stay 128-byte aligned, so cp.async fills them in whole wavefronts);
-    other operand rows that are an even number of 16-byte units long get 16 bytes of padding."""
+def _pitch(v: Value, uses) -> int:
+    """Row pitch in elements: rows of tensor-core operand tiles that are an even number of 16-byte
+    units long get 16 bytes of padding, so that the 8 rows an ldmatrix reads fall in different
+    banks."""
     shape, size = shape_of(v), SIZES[v.type.dtype]
     last = shape[-1]
     mma_operand = any(role in ("a", "b") and plan_kind == "mma" for role, plan_kind in uses)
-    if not mma_operand or len(shape) != 2:
-        return last, False
-    if (last * size) % 128 == 0 and size == 2:
-        return last, True
-    if (last * size) % 32 == 0:
-        return last + 16 // size, False
-    return last, False
+    if mma_operand and len(shape) >= 2 and (last * size) % 32 == 0:
+        return last + 16 // size
+    return last
 
 
 def _lifetimes(launch: Op) -> dict[int, tuple[int, int]]:
@@ -267,8 +260,7 @@ def _layout(plan: Plan, launch: Op, allocs: list[Op], uses) -> None:
         if plan.where(v) != "shared":
             continue
         kinds = [(role, plan.gemms[id(op)].kind if op.name == "tile.gemm" else "") for op, role in uses[id(v)]]
-        pitch, swizzle = _pitch(v, kinds)
-        bufs.append(SmemBuffer(v, pitch, int(a.attrs.get("stages", 1)), swizzle=swizzle))
+        bufs.append(SmemBuffer(v, _pitch(v, kinds), int(a.attrs.get("stages", 1))))
     order = sorted(range(len(bufs)), key=lambda i: (-bufs[i].nbytes, i))
     placed: list[SmemBuffer] = []
     for i in order:
