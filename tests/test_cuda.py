@@ -329,9 +329,9 @@ def test_miss_schedules_compile(tmp_path_factory, name, data):
 @needs_nvcc
 def test_runtime_compiles_the_cubin_once(tmp_path):
     cache = Cache(str(tmp_path))
-    art = cuda_runtime.compile_file(_path("miss"), {"M": 256}, cache)
+    art = driver.compile_file(_path("miss"), "cuda", {"M": 256}, cache)
     assert art.target == "cuda" and not art.cached
-    again = cuda_runtime.compile_file(_path("miss"), {"M": 256}, cache)
+    again = driver.compile_file(_path("miss"), "cuda", {"M": 256}, cache)
     assert again.cached and again.source == art.source and again.entry == art.entry
     launch = cuda_runtime.build(art, cache)
     assert (launch.name, launch.grid, launch.block) == ("miss", (16, 1, 1), (128, 1, 1))

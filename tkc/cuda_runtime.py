@@ -25,10 +25,9 @@ import tempfile
 import warnings
 
 from codegen import cuda as cuda_codegen
-from dsl.ir import print_module
 from tkc import driver
-from tkc.cache import Cache, cache_key
-from tkc.runtime import BackendError, Kernel
+from tkc.cache import Cache
+from tkc.runtime import BackendError
 
 TARGET = "cuda"
 SOURCE = "kernel.cu"
@@ -150,36 +149,3 @@ def build(artifact: driver.Artifact, cache: Cache | None = None) -> CudaLaunch:
         with open(path, "w", encoding="utf-8") as f:
             f.write(artifact.source)
     return CudaLaunch(path, artifact.source)
-
-
-def compile_file(path: str, overrides: dict[str, int] | None = None, cache: Cache | None = None) -> driver.Artifact:
-    """Compile `path` for target `cuda` through the driver when it knows the target, else the
-    same way here (default pipeline, codegen/cuda.py, the on-disk cache)."""
-    cache = cache or Cache()
-    if TARGET in driver.TARGETS:
-        return driver.compile_file(path, TARGET, overrides, cache)
-    module = driver.optimize(driver.frontend(path, dict(overrides or {})), "tilelang")
-    ir_text = print_module(module)
-    key = cache_key(ir_text, TARGET)
-    files = cache.get(key)
-    if files is not None and SOURCE in files:
-        return driver.Artifact(TARGET, files[SOURCE], key, cache.path(key), True, ir_text, module)
-    source = cuda_codegen.emit(module)
-    entry = cache.put(key, {SOURCE: source, driver.IR_FILE: ir_text}, TARGET)
-    return driver.Artifact(TARGET, source, key, entry, False, ir_text, module)
-
-
-class CudaKernel(Kernel):
-    """tkc.runtime.Kernel for target `cuda` (used until tkc.compile knows the target)."""
-
-    def specialize(self, dims: dict[str, int]):
-        key = tuple(sorted(dims.items()))
-        if key not in self._built:
-            artifact = compile_file(self.path, {**self.consts, **dims}, self.cache)
-            self._built[key] = (artifact, build(artifact, self.cache))
-        return self._built[key]
-
-
-def compile(path: str, cache_dir: str | None = None, **consts: int) -> Kernel:
-    """`tkc.compile(path, target="cuda", ...)`: a callable on torch CUDA tensors."""
-    return CudaKernel(path, TARGET, consts, Cache(cache_dir) if cache_dir else None)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import tkc
 from profiles import examples
-from tkc import check, cuda_runtime, driver
+from tkc import check, driver
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -37,10 +37,7 @@ _KERNELS: dict[tuple, object] = {}
 def cuda_kernel(path: str, **consts: int):
     key = (path, tuple(sorted(consts.items())))
     if key not in _KERNELS:
-        if cuda_runtime.TARGET in driver.TARGETS:
-            _KERNELS[key] = tkc.compile(path, target="cuda", **consts)
-        else:  # until the driver registers the target
-            _KERNELS[key] = cuda_runtime.compile(path, **consts)
+        _KERNELS[key] = tkc.compile(path, target="cuda", **consts)
     return _KERNELS[key]
 
 
