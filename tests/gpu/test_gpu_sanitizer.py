@@ -1,5 +1,6 @@
-"""compute-sanitizer racecheck and memcheck on the cluster examples (seed 001) through `tilelang`:
-both tools must report no hazards and no errors, and the result must match torch."""
+"""compute-sanitizer racecheck and memcheck on the cluster examples (seed 001) through every GPU
+backend (`tilelang`, `cuda`): both tools must report no hazards and no errors, and the result
+must match torch."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ PROGRAM = """
 import sys, torch
 sys.path.insert(0, {root!r})
 import tkc
-k = tkc.compile({path!r}, target="tilelang", STAGE={stage})
+k = tkc.compile({path!r}, target={target!r}, STAGE={stage})
 x = torch.randn(8, 4096, device="cuda").half()
 y = k(x)
 torch.cuda.synchronize()
@@ -29,14 +30,15 @@ sys.exit(0 if err < 1e-2 else 3)
 """
 
 
+@pytest.mark.parametrize("target", ["tilelang", "cuda"])
 @pytest.mark.parametrize("tool", ["racecheck", "memcheck"])
 @pytest.mark.parametrize("name", ["cluster_reduce_dsmem", "cluster_reduce_hbm"])
 @pytest.mark.parametrize("stage", [0, 1])
-def test_sanitizer_is_clean(tool, name, stage):
+def test_sanitizer_is_clean(target, tool, name, stage):
     sanitizer = shutil.which("compute-sanitizer")
     if sanitizer is None:
         pytest.skip("compute-sanitizer is not on PATH")
-    code = PROGRAM.format(root=ROOT, path=os.path.join(ROOT, "examples", f"{name}.tk"), stage=stage)
+    code = PROGRAM.format(root=ROOT, path=os.path.join(ROOT, "examples", f"{name}.tk"), stage=stage, target=target)
     proc = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "5", sys.executable, "-c", code],
                           capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
