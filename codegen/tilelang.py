@@ -20,7 +20,6 @@ from dsl.ir import Module, Op, Value
 
 TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64": "T.float64",
              "i8": "T.int8", "i32": "T.int32"}
-STR_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i8": "int8", "i32": "int32"}
 # TileLang 0.1.15's automatic warp specialization (a TMA producer warpgroup added to pipelined
 # kernels on sm_90) miscompiles some partial tiles: seed 000 variant 2 at M=1, N=48, K=16, R=16
 # stored the same register for every column on an H200 (relative error 0.84; correct with it off,
