@@ -29,6 +29,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from miss import git_state  # noqa: E402  (the same tree description as the MiSS benchmark)
 COLD_TARGET_S, WARM_TARGET_S = 2.0, 0.2
 
 
@@ -68,16 +70,6 @@ def child_env(tmp: str, pyc: str | None, tmpdir: str | None = None) -> dict[str,
         os.makedirs(tmpdir, exist_ok=True)
         env["TMPDIR"] = tmpdir
     return env
-
-
-def git_state() -> str:
-    """The commit measured, with `+dirty` when the working tree differs from it."""
-    try:
-        out = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty=+dirty"], capture_output=True,
-                             text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:

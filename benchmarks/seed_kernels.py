@@ -34,7 +34,6 @@ import glob
 import hashlib
 import os
 import re
-import shutil
 import struct
 import subprocess
 import sys
@@ -167,15 +166,12 @@ def mangled_name(kernel: str, stage: int) -> str:
 # ----------------------------------------------------------------------------- compiling
 
 def find_nvcc(explicit: str | None = None) -> str | None:
+    """`explicit`, else the nvcc tkc's CUDA runtime would use (tkc.cuda_runtime.nvcc_path)."""
     if explicit:
         return explicit
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
-            return os.path.join(home, "bin", "nvcc")
-    return None
+    from tkc.cuda_runtime import nvcc_path
+
+    return nvcc_path()
 
 
 def cuda_include_dir(nvcc: str | None = None) -> str | None:

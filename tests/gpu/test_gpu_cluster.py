@@ -1,4 +1,4 @@
-"""The cluster-reduce examples (seed 001) through `tilelang` on the GPU against torch, on
+"""The cluster-reduce examples (seed 001) through every GPU backend (`tilelang`, `cuda`) against torch, on
 hypothesis-drawn cluster counts (1 to 2048 clusters of 2 blocks) and vector lengths; STAGE 0
 (LINEAR) and 1 (FFN). Run on the device machine: `python3 -m pytest --hypothesis-profile=gpu
 tests/gpu`. The race the seed's DSMEM kernel has gave wrong sums on an H200 at every cluster count, so
@@ -23,25 +23,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _KERNELS: dict[tuple, object] = {}
 
 
-def kernel(name: str, stage: int):
-    key = (name, stage)
+def kernel(name: str, stage: int, target: str):
+    key = (name, stage, target)
     if key not in _KERNELS:
-        _KERNELS[key] = tkc.compile(os.path.join(ROOT, "examples", f"{name}.tk"), target="tilelang", STAGE=stage)
+        _KERNELS[key] = tkc.compile(os.path.join(ROOT, "examples", f"{name}.tk"), target=target, STAGE=stage)
     return _KERNELS[key]
 
 
+@pytest.mark.parametrize("target", ["tilelang", "cuda"])
 @pytest.mark.parametrize("name", ["cluster_reduce_dsmem", "cluster_reduce_hbm"])
 @pytest.mark.parametrize("stage", [0, 1])
 @settings(max_examples=examples(3, 10, 4), deadline=None)
 @given(clusters=st.integers(1, 2048), n=st.sampled_from([4096, 8192, 16384]), seed=st.integers(0, 2**31 - 1))
 @example(clusters=1056, n=16384, seed=0)
 @example(clusters=132, n=16384, seed=1)
-def test_cluster_reduce_matches_torch(name, stage, clusters, n, seed):
-    note(f"{name} STAGE={stage} clusters={clusters} N={n} seed={seed}")
+def test_cluster_reduce_matches_torch(target, name, stage, clusters, n, seed):
+    note(f"{name} through {target}: STAGE={stage} clusters={clusters} N={n} seed={seed}")
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(2 * clusters, n, device="cuda", generator=gen).half()
     for _ in range(3):  # a race shows as a result that changes from run to run
-        y = kernel(name, stage)(x)
+        y = kernel(name, stage, target)(x)
+        torch.cuda.synchronize()
         ref = (x + x.view(-1, 2, n).flip(1).reshape(2 * clusters, n)).float()
         if stage == 1:
             ref = torch.relu(ref)
