@@ -243,7 +243,12 @@ class _Emitter:
         rng = hi if lo == "0" else f"{lo}, {hi}"
         kind = op.attrs["kind"]
         if kind == "pipelined" and not self.cpu:
-            self.line(depth, f"for {var} in T.Pipelined({rng}, num_stages={op.attrs['stages']}):")
+            stages = op.attrs["stages"]
+            if stages and not self.async_copy_ok(op):
+                self.line(depth, "# num_stages=0: a global row here is not 4-byte aligned, and TileLang "
+                          "0.1.15 would emit a 2-byte cp.async (no such PTX) for a pipelined copy")
+                stages = 0
+            self.line(depth, f"for {var} in T.Pipelined({rng}, num_stages={stages}):")
         elif kind == "unroll" and not self.cpu:
             self.line(depth, f"for {var} in T.unroll({rng}):")
         else:
@@ -283,6 +288,22 @@ class _Emitter:
 
     def cast(self, text: str, src: str, dst: str) -> str:
         return text if src == dst else f"T.Cast({TL_DTYPES[dst]}, {text})"
+
+    @staticmethod
+    def async_copy_ok(loop: Op) -> bool:
+        """Whether every global->shared copy in `loop` moves 4-byte-aligned rows: the tensor's row
+        and the tile's row a multiple of 4 bytes. TileLang 0.1.15 lowers copies in a pipelined loop
+        to cp.async whatever `tl.enable_async_copy` says, and fails in its CUDA codegen on a 2-byte
+        one (miss.tk at K=17 on an H200, 2026-11-21)."""
+        from dsl.types import DTYPES
+
+        for inner in loop.walk():
+            if inner.name != "tile.copy" or inner.operands[0].type.space != "global":
+                continue
+            for v in inner.operands:
+                if v.type.rank and v.type.concrete_shape({})[-1] * DTYPES[v.type.dtype][0] % 4:
+                    return False
+        return True
 
     def op_copy(self, op: Op, depth: int) -> None:
         src, dst = op.operands

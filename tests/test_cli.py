@@ -58,6 +58,24 @@ def test_compile_every_example(capsys, cache_dir, path, target):
             assert "T.Pipelined(" in out and "threads=" in out
 
 
+def test_tir_lowers_rows_that_are_not_4_byte_aligned(capsys, cache_dir):
+    """f16 rows of odd length (K=17): TileLang 0.1.15 would emit a 2-byte cp.async and fail in its
+    CUDA codegen; tkc turns cp.async off for such kernels (found on an H200, 2026-11-21)."""
+    path = os.path.join(ROOT, "examples", "miss.tk")
+    argv = ["compile", path, "--target", "tir", "-D", "M=1", "-D", "N=128", "-D", "R=16"]
+    rc, out, err = cli(capsys, "--cache-dir", cache_dir, *argv, "-D", "K=17")
+    assert rc == 0, err
+
+    def async_reads_of_a(tir: str) -> int:
+        return sum('"float16"), A,' in line for line in tir.splitlines() if "ptx_cp_async" in line)
+
+    assert async_reads_of_a(out) == 0
+    assert "ptx_cp_async" in out, "B's rows (N=128) stay on cp.async"
+    rc, out, err = cli(capsys, "--cache-dir", cache_dir, *argv, "-D", "K=64")
+    assert rc == 0, err
+    assert async_reads_of_a(out) > 0, "aligned rows keep their cp.async pipeline"
+
+
 @pytest.mark.parametrize("target", ["tilelang", "tilelang-cpu"])
 def test_compile_output_file(capsys, tmp_path, target):
     path = os.path.join(ROOT, "examples", "miss_v3.tk")
