@@ -286,7 +286,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             if handler is None or op.name in ("tile.func", "tile.launch", "tile.require"):
                 raise error(op.loc, f"the CUDA backend cannot express `{op.name}` here",
                             "supported inside a grid: tile.fill, tile.copy, tile.elementwise, tile.reduce, "
-                            "tile.gemm, tile.for, tile.peer_copy, tile.cluster_barrier")
+                            "tile.gemm, tile.for, tile.peer_copy, tile.peer_store, tile.cluster_barrier")
             self.sync(self.accesses(op), d, st)
             self.line(d, f"// {self.describe(op)} ({_loc(op)})")
             handler(op, d)
@@ -324,6 +324,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             add(out_v, True, chunk_map(shape_of(out_v)))
         elif op.name == "tile.peer_copy":  # the local instance of the source is not touched
             add(op.operands[1], True, chunk_map(shape_of(op.operands[1])))
+        elif op.name == "tile.peer_store":  # nor the local instance of the destination
+            add(op.operands[0], False, chunk_map(shape_of(op.operands[0])))
         elif op.name == "tile.reduce":
             add(op.operands[0], False, OTHER)
             add(op.operands[1], True, OTHER)
@@ -347,19 +349,22 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         return text + (" " + format_attr_dict(attrs) if attrs else "")
 
     # ---- clusters ---------------------------------------------------------------------------
+    def peer_rank(self, op: Op) -> str:
+        """The linear cluster rank (x fastest) of `op`'s peer, as a C expression."""
+        linear, scale = [], 1
+        for r, c in zip((self.cexpr(r) for r in op.attrs["rank"]), self.cluster):
+            linear.append(r if scale == 1 else f"({r}) * {scale}")
+            scale *= c
+        return " + ".join(linear)
+
     def op_peer_copy(self, op: Op, d: int) -> None:
         """Read the peer block's instance of a shared tile through distributed shared memory
         (`map_shared_rank` is `mapa`; the loads are ordinary loads through a generic address)."""
         src, dst = op.operands
-        ranks = [self.cexpr(r) for r in op.attrs["rank"]]
-        linear, scale = [], 1
-        for r, c in zip(ranks, self.cluster):  # cluster ranks are x-fastest
-            linear.append(r if scale == 1 else f"({r}) * {scale}")
-            scale *= c
         ctype = C_TYPES[src.type.dtype]
         self.line(d, "{")
         self.line(d + 1, f"const {ctype}* const peer = cg::this_cluster().map_shared_rank({self.name(src)}, "
-                  f"{' + '.join(linear)});")
+                  f"{self.peer_rank(op)});")
 
         def body(ch, dd):
             self.line(dd, f"alignas(16) {ctype} pv[{ch.width}];")
@@ -367,6 +372,25 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             self.write(dst, ch, dd, lambda e: convert(f"pv[{e}]", src.type.dtype, dst.type.dtype), "ov")
 
         self.chunk_loop(shape_of(dst), d + 1, body)
+        self.line(d, "}")
+
+    def op_peer_store(self, op: Op, d: int) -> None:
+        """Write a tile into the peer block's instance of a shared tile through distributed shared
+        memory: vectorized stores through the generic address `map_shared_rank` gives, which need
+        no reply (pushing is cheaper than the peer pulling: docs/PERFORMANCE.md)."""
+        src, dst = op.operands
+        ctype = C_TYPES[dst.type.dtype]
+        self.line(d, "{")
+        self.line(d + 1, f"{ctype}* const peer = cg::this_cluster().map_shared_rank({self.name(dst)}, "
+                  f"{self.peer_rank(op)});")
+
+        def body(ch, dd):
+            x = self.read(src, ch, dd, "sv")
+            self.line(dd, f"alignas(16) {ctype} pv[{ch.width}];")
+            self.elem_loop(dd, f"pv[e] = {convert(x('e'), src.type.dtype, dst.type.dtype)};", ch.width)
+            self.line(dd, f"tk_store<{self.smem_word(dst, ch.width)}>(&peer[{self.smem_offset(dst, ch.idx)}], pv);")
+
+        self.chunk_loop(shape_of(src), d + 1, body)
         self.line(d, "}")
 
     # ---- elementwise ops --------------------------------------------------------------------

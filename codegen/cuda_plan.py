@@ -184,6 +184,9 @@ def _roles(op: Op):
     elif op.name == "tile.peer_copy":  # reads the peer's instance: no constraint on the local tile
         yield "peer", op.operands[0]
         yield "dst", op.operands[1]
+    elif op.name == "tile.peer_store":  # writes the peer's instance
+        yield "in", op.operands[0]
+        yield "peer", op.operands[1]
     elif op.name == "tile.gemm":
         yield "a", op.operands[0]
         yield "b", op.operands[1]

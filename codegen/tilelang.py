@@ -175,7 +175,7 @@ class _Emitter:
             raise error(op.loc, "the TileLang backend expresses 1-d clusters only",
                         "use a 1-d grid and cluster, e.g. `grid (B) as (b) cluster (2) as (r)`")
         dims = f", cluster_dims={tl_expr(op.attrs['cluster'][0])}"
-        if not any(o.name == "tile.peer_copy" for o in op.walk()):
+        if not any(o.name in ("tile.peer_copy", "tile.peer_store") for o in op.walk()):
             return dims
         self.lines.insert(self.prelude_at, PEER_PRELUDE)
         return dims + ", prelude=PEER_PRELUDE"
@@ -194,6 +194,18 @@ class _Emitter:
         idx, d = self.loop_nest(self.dims(dst), depth)
         value = self.cast(f"{peer}[{', '.join(idx)}]", src.type.dtype, dst.type.dtype)
         self.line(d, f"{self.at(dst, idx)} = {value}")
+
+    def op_peer_store(self, op: Op, depth: int) -> None:
+        src, dst = op.operands
+        rank = tl_expr(op.attrs["rank"][0])
+        peer = self.indices_named(f"{self.name(dst)}_peer")
+        zero = ", ".join("0" for _ in dst.type.shape)
+        self.line(depth, f"{peer} = T.make_tensor_from_addr(T.call_extern(\"handle\", \"tkc_peer_ptr\", "
+                  f"T.access_ptr({self.name(dst)}[{zero}], \"w\"), {rank}), ({', '.join(self.dims(dst))},), "
+                  f"{TL_DTYPES[dst.type.dtype]})")
+        idx, d = self.loop_nest(self.dims(src), depth)
+        value = self.cast(self.at(src, idx), src.type.dtype, dst.type.dtype)
+        self.line(d, f"{peer}[{', '.join(idx)}] = {value}")
 
     def indices_named(self, base: str) -> str:
         name, i = base, 0
@@ -236,8 +248,8 @@ class _Emitter:
     def op_for(self, op: Op, depth: int) -> None:
         if op.attrs["kind"] == "pipelined" and not self.cpu:
             for inner in op.walk():
-                if inner.name == "tile.peer_copy":
-                    raise error(inner.loc, "the TileLang backend cannot read a peer tile inside a pipelined loop",
+                if inner.name in ("tile.peer_copy", "tile.peer_store"):
+                    raise error(inner.loc, "the TileLang backend cannot access a peer tile inside a pipelined loop",
                                 "use `range(...)` for this loop, or `--target cuda`")
         lo, hi, var = tl_expr(op.attrs["lo"]), tl_expr(op.attrs["hi"]), op.attrs["var"]
         rng = hi if lo == "0" else f"{lo}, {hi}"

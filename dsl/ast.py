@@ -119,6 +119,16 @@ class Store(Node):
 
 
 @dataclass
+class CallStore(Node):
+    """`fn(args) = value`: so far only `peer(P, rank, ...) = value`, a store into the peer's
+    instance of shared tile `P` (distributed shared memory)."""
+
+    fn: str
+    args: list[Expr]
+    value: Expr
+
+
+@dataclass
 class For(Node):
     var: str
     kind: str  # range, pipelined, unroll
@@ -126,7 +136,7 @@ class For(Node):
     body: list["Stmt"]
 
 
-Stmt = Grid | Assign | AugAssign | Store | For | Sync | If
+Stmt = Grid | Assign | AugAssign | Store | CallStore | For | Sync | If
 
 
 # ---- kernel ---------------------------------------------------------------------------------

@@ -148,6 +148,24 @@ def _check_races(blocks: dict[tuple, "_Block"], phase: int, final: bool) -> None
             if final:
                 raise RaceError(loc, f"race: a block reads its peer's shared tile `{buf}` after the last "
                                 "cluster barrier; the peer may exit and free its shared memory first")
+    for writer_rank, writer in blocks.items():
+        for (owner, buf), loc in writer.remote_writes.get(phase, {}).items():
+            used = (blocks[owner].local_writes.get(phase, {}).get(buf)
+                    or blocks[owner].local_reads.get(phase, {}).get(buf))
+            if used is not None:
+                raise RaceError(loc, f"race: a block writes its peer's shared tile `{buf}` while the peer "
+                                f"uses it at {used} with no cluster barrier in between")
+            for other_rank, other in blocks.items():
+                if other_rank == writer_rank:
+                    continue
+                for table, verb in ((other.remote_writes, "writes"), (other.remote_reads, "reads")):
+                    clash = table.get(phase, {}).get((owner, buf))
+                    if clash is not None:
+                        raise RaceError(loc, f"race: two blocks access shared tile `{buf}` of the same peer in "
+                                        f"one phase (another block {verb} it at {clash})")
+            if final:
+                raise RaceError(loc, f"race: a block writes its peer's shared tile `{buf}` after the last "
+                                "cluster barrier; the peer may exit and free its shared memory first")
 
 
 class _Block:
@@ -158,9 +176,13 @@ class _Block:
         self.scope = scope
         self.cluster: dict[tuple, "_Block"] = {}
         self.phase = 0
-        # per phase: shared tiles written by this block / read remotely ((owner rank, name) -> loc)
+        # per phase: shared tiles written / read by this block (name -> loc), and peers' shared
+        # tiles it reads / writes through DSMEM ((owner rank, name) -> loc)
         self.local_writes: dict[int, dict[str, str]] = {}
+        self.local_reads: dict[int, dict[str, str]] = {}
         self.remote_reads: dict[int, dict[tuple, str]] = {}
+        self.remote_writes: dict[int, dict[tuple, str]] = {}
+        self.allocated: set[int] = set()  # ids of the tiles this block has allocated
 
     def val(self, text: str) -> int:
         return exprs.evaluate(exprs.parse(text), self.scope)
@@ -175,10 +197,35 @@ class _Block:
                 yield
             else:
                 getattr(self, "op_" + kind)(op)
-                out = op.operands[-1] if op.operands else None
-                if out is not None and out.type.space == "shared" and kind != "peer_copy" or (
-                        kind == "peer_copy" and op.operands[1].type.space == "shared"):
-                    self.local_writes.setdefault(self.phase, {}).setdefault(op.operands[-1].name, str(op.loc))
+                self._note_local(op, kind)
+
+    def _note_local(self, op: Op, kind: str) -> None:
+        """Record the shared tiles `op` reads and writes in this block (not a peer's instance)."""
+        if not op.operands or kind == "alloc":
+            return
+        *ins, out = op.operands
+        if kind == "peer_copy":  # reads the peer's instance of its source
+            ins = []
+        if kind == "peer_store":  # writes the peer's instance of its destination
+            out = None
+        if kind in ("elementwise", "reduce", "gemm") and op.attrs.get("accumulate", kind == "gemm"):
+            ins = [*ins, out]
+        for v in ins:
+            if v.type.space == "shared":
+                self.local_reads.setdefault(self.phase, {}).setdefault(v.name, str(op.loc))
+        if out is not None and out.type.space == "shared":
+            self.local_writes.setdefault(self.phase, {}).setdefault(out.name, str(op.loc))
+
+    def op_peer_store(self, op: Op) -> None:
+        src, dst = op.operands
+        rank = tuple(self.val(r) for r in op.attrs["rank"])
+        peer = self.cluster.get(rank)
+        if peer is None:
+            raise ProgramError(op.loc, f"peer rank {list(rank)} is outside the cluster")
+        self.remote_writes.setdefault(self.phase, {}).setdefault((rank, dst.name), op.loc)
+        if id(dst) not in peer.arrays:  # shared memory exists for the block's whole life
+            peer.arrays[id(dst)] = _poison(dst.type.concrete_shape(peer.scope), dst.type.dtype)
+        peer.arrays[id(dst)][...] = round_to(self.arrays[id(src)], dst.type.dtype)
 
     def op_peer_copy(self, op: Op) -> None:
         src, dst = op.operands
@@ -194,6 +241,10 @@ class _Block:
 
     def op_alloc(self, op: Op) -> None:
         v = op.result
+        first = id(v) not in self.allocated
+        self.allocated.add(id(v))
+        if first and id(v) in self.arrays:
+            return  # a peer stored into it (`tile.peer_store`) before this block reached the alloc
         self.arrays[id(v)] = _poison(v.type.concrete_shape(self.scope), v.type.dtype)
 
     def op_fill(self, op: Op) -> None:

@@ -219,6 +219,8 @@ class _Lowerer(ExprLowerer):
             return self.assign(s)
         if isinstance(s, A.AugAssign):
             return self.augassign(s)
+        if isinstance(s, A.CallStore):
+            return self.peer_store(s)
         return self.store(s)
 
     def for_stmt(self, s: A.For) -> None:
@@ -284,6 +286,19 @@ class _Lowerer(ExprLowerer):
         value = self.tile(s.value)
         self.check_shape(target.type, value.type, s.value.loc, f"`{s.op}=` on `{s.target}`", broadcast=True)
         self.emit(O.ElementwiseOp(operands=[target, value, target], attrs={"fn": BIN_OPS[s.op]}, loc=s.loc))
+
+    def peer_store(self, s: A.CallStore) -> None:
+        """`peer(P, rank...) = value`: write `value` into the instance of shared tile `P` that
+        belongs to the cluster peer of rank `rank` (a DSMEM store; seed 001, pushed instead of
+        pulled). `map-dsmem` orders it after the peer's earlier uses of its `P` and before the
+        peer's next ones."""
+        if s.fn != "peer":
+            raise error(s.loc, f"cannot assign to a call of `{s.fn}`",
+                        "only `peer(P, rank) = ...` (a store into a cluster peer's shared tile) is allowed")
+        dst, ranks = self.peer_target(A.Call(s.loc, s.fn, s.args), "writes")
+        value = self.tile(s.value)
+        self.check_shape(dst.type, value.type, s.value.loc, f"store to `peer({s.args[0].id}, ...)`")
+        self.emit(O.PeerStoreOp(operands=[value, dst], attrs={"rank": ranks}, loc=s.loc))
 
     def store(self, s: A.Store) -> None:
         target = self.lookup(s.target)

@@ -239,6 +239,8 @@ class ExprLowerer:
             return v
         if fn in SPACE_CALLS:
             want(1)
+            if isinstance(args[0], A.Index) and args[0].base in DTYPES:  # `shared(f16[1, N])`: uninitialized
+                return self.temp(self.type_arg(args[0]).with_space(fn), e.loc)
             if isinstance(args[0], A.Index):
                 return self.load(args[0], fn)
             if isinstance(args[0], A.Call) and args[0].fn == "cast" and len(args[0].args) == 2:
@@ -279,23 +281,27 @@ class ExprLowerer:
     def peer(self, e: A.Call) -> Value:
         """`peer(S, rank...)`: the cluster peer of rank `rank` (one per cluster dim) holds its own
         instance of shared tile `S`; read it into a fresh register tile."""
+        src, ranks = self.peer_target(e, "reads")
+        out = self.temp(src.type.with_space("frag"), e.loc)
+        self.emit(O.PeerCopyOp(operands=[src, out], attrs={"rank": ranks}, loc=e.loc))
+        return out
+
+    def peer_target(self, e: A.Call, verb: str) -> tuple[Value, list[str]]:
+        """The shared tile and the rank expressions of `peer(S, rank...)` (read or written)."""
         if not self.cluster:
             raise error(e.loc, "`peer` needs a grid with a `cluster`",
                         "declare one: `grid (B) as (b) cluster (2) as (r)`")
         if len(e.args) < 2 or not isinstance(e.args[0], A.Name):
             raise error(e.loc, "`peer` takes a shared tile variable and a rank per cluster dimension",
                         "e.g. `peer(S, (r + 1) % 2)`")
-        src = self.tile(e.args[0])
-        if src.type.space != "shared":
-            raise error(e.args[0].loc, f"`peer` reads a shared tile; `{e.args[0].id}` is {src.type}",
+        tile = self.tile(e.args[0])
+        if tile.type.space != "shared":
+            raise error(e.args[0].loc, f"`peer` {verb} a shared tile; `{e.args[0].id}` is {tile.type}",
                         f"make it shared: `{e.args[0].id} = shared(...)`")
         if len(e.args) - 1 != self.cluster:
             raise error(e.loc, f"`peer` needs {self.cluster} rank{'s' * (self.cluster != 1)} (one per cluster "
                         f"dimension), got {len(e.args) - 1}")
-        ranks = [exprs.to_str(self.index(a)) for a in e.args[1:]]
-        out = self.temp(src.type.with_space("frag"), e.loc)
-        self.emit(O.PeerCopyOp(operands=[src, out], attrs={"rank": ranks}, loc=e.loc))
-        return out
+        return tile, [exprs.to_str(self.index(a)) for a in e.args[1:]]
 
     def cast(self, e: A.Call, space: str) -> Value:
         x, dtype = self.tile(e.args[0]), self.dtype_arg(e.args[1])

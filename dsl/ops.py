@@ -262,6 +262,33 @@ class PeerCopyOp(Op):
             fail(f"shape mismatch: `{src}` is {src.type}, `{dst}` is {dst.type}")
 
 
+class PeerStoreOp(Op):
+    """Write tile `src` into the instance of shared tile `dst` owned by the block of cluster rank
+    `rank` (a store through distributed shared memory; the block's own `dst` is not touched).
+
+    `rank` is an index expression per cluster dim, as for `tile.peer_copy`. A cluster barrier
+    must separate the store from the owner's uses of its `dst` before it and after it, and from the
+    owner's exit (`map-dsmem` inserts them and sets `dsmem = true`). A remote store does not wait
+    for a reply, which makes pushing a tile to the peer cheaper than the peer pulling it (seed 001's
+    cluster reduce on an H200: docs/PERFORMANCE.md). Example:
+    `tile.peer_store(%x, %P) {rank = ["(r + 1) % 2"]} loc(...)`
+    """
+
+    name = "tile.peer_store"
+
+    def verify(self, fail, env):
+        if len(self.operands) != 2:
+            fail("`tile.peer_store` takes a source tile and a shared destination")
+            return
+        src, dst = self.operands
+        if dst.type.space != "shared":
+            fail(f"`tile.peer_store` writes a peer's shared tile; `{dst}` is {dst.type}")
+        if src.type.space == "global":
+            fail("`tile.peer_store` reads a tile buffer, not a global tensor")
+        if src.type.concrete_shape(env) != dst.type.concrete_shape(env):
+            fail(f"shape mismatch: `{src}` is {src.type}, `{dst}` is {dst.type}")
+
+
 class ClusterBarrierOp(Op):
     """Every thread of every block of the cluster arrives and waits (barrier.cluster).
 
@@ -295,7 +322,7 @@ class ForOp(Op):
 OPS: dict[str, type[Op]] = {
     cls.name: cls
     for cls in (FuncOp, RequireOp, LaunchOp, AllocOp, FillOp, CopyOp, ElementwiseOp, ReduceOp,
-                GemmOp, ForOp, PeerCopyOp, ClusterBarrierOp)
+                GemmOp, ForOp, PeerCopyOp, PeerStoreOp, ClusterBarrierOp)
 }
 
 # Attributes that hold index expressions (strings), checked for names in scope by the verifier.

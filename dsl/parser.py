@@ -132,6 +132,8 @@ class _Builder:
         if kind in ("store", "store_aug"):
             op = str(kids[2])[0] if kind == "store_aug" else None
             return A.Store(loc, str(kids[0]), self.subs(kids[1]), self.expr(kids[-1]), op)
+        if kind == "call_store":
+            return A.CallStore(loc, str(kids[0]), [self.expr(a) for a in kids[1:-1]], self.expr(kids[-1]))
         if kind == "for_stmt":
             var, fn, *rest = kids
             body = rest[-1]

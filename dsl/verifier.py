@@ -36,7 +36,7 @@ def verify(module: Module, stage: str = "") -> None:
         allowed = _PARENTS.get(op.name, _IN_KERNEL)
         if parent not in allowed:
             fail(f"`{op.name}` cannot appear inside `{parent or 'the top level'}`")
-        if op.name in ("tile.peer_copy", "tile.cluster_barrier") and not cluster:
+        if op.name in ("tile.peer_copy", "tile.peer_store", "tile.cluster_barrier") and not cluster:
             fail(f"`{op.name}` needs a grid with a `cluster`")
         if op.name == "tile.launch":
             cluster = "cluster" in op.attrs

@@ -4,15 +4,18 @@ For every grid with a `cluster` the pass
 * checks the cluster against the target: clusters need sm_90; at most 8 blocks (the portable
   size), up to 16 with `nonportable=1` (sm_90's non-portable maximum); every grid extent must
   divide into cluster extents; every peer rank must stay inside the cluster;
-* marks each `tile.peer_copy` and the shared tile it reads with `dsmem = true` (the read goes
-  through distributed shared memory: `mapa` + `ld.shared::cluster`, or cooperative groups'
-  `map_shared_rank`);
+* marks each `tile.peer_copy` / `tile.peer_store` and the shared tile it reads / writes with
+  `dsmem = true` (the access goes through distributed shared memory: `mapa` +
+  `ld/st.shared::cluster`, or cooperative groups' `map_shared_rank`);
 * inserts the cluster barriers (`tile.cluster_barrier {inserted = true}`) that order every
   remote read after the peer's last write of the tile (read-after-write), every write of a
   tile after the peers' reads of it (write-after-read: the barrier seed 001's DSMEM kernel
-  lacks, which gives wrong sums on an H200 at 132+ clusters), and every block's exit after the
-  peers' reads of its shared memory. Loops are analysed twice so that a read in one iteration
-  and a write in the next are ordered too.
+  lacks, which gives wrong sums on an H200 at 132+ clusters), every remote write after the
+  owner's earlier uses of the tile and before its later ones, and every block's exit after the
+  peers' remote accesses to its shared memory. Two accesses of one tile conflict when at least
+  one is remote and at least one writes; accesses by the block itself are ordered by the block's
+  own barriers. Loops are analysed twice so that an access in one iteration and a conflicting
+  one in the next are ordered too.
 All blocks of a cluster run the same program, so a block's own write of a tile stands for the
 peer's write of its instance. Kernels without clusters pass through unchanged; barriers the
 program already has are kept and counted. Source: CUDA C++ Programming Guide, "Distributed
@@ -63,6 +66,9 @@ class MapDsmemPass:
                 if state.reads:  # peers may still read this block's tiles: no exit before they finish
                     launch.body.ops.append(_barrier(launch.body.ops[-1], "peers read "
                                                     + _names(state.reads) + " until the end of the kernel"))
+                elif state.remote_writes:  # peers' stores into this block's tiles may be in flight
+                    launch.body.ops.append(_barrier(launch.body.ops[-1], "peers write "
+                                                    + _names(state.remote_writes) + " until the end of the kernel"))
         return module
 
     def _check(self, launch: Op, env: dict[str, int]) -> None:
@@ -96,7 +102,7 @@ class MapDsmemPass:
                 lo = exprs.bounds(exprs.substitute(exprs.parse(op.attrs["lo"]), env), ranges)[0]
                 hi = exprs.bounds(exprs.substitute(exprs.parse(op.attrs["hi"]), env), ranges)[1]
                 ranges[op.attrs["var"]] = (lo, max(lo, hi - 1))
-            if op.name != "tile.peer_copy":
+            if op.name not in ("tile.peer_copy", "tile.peer_store"):
                 continue
             for text, c in zip(op.attrs["rank"], sizes):
                 lo, hi = exprs.bounds(exprs.substitute(exprs.parse(text), env), ranges)
@@ -106,24 +112,40 @@ class MapDsmemPass:
 
 
 class _State:
-    """Shared tiles written (locally) and read remotely since the last cluster barrier."""
+    """Shared tiles written and read locally, and read and written remotely (by peers, through
+    DSMEM), since the last cluster barrier."""
 
-    def __init__(self, writes=None, reads=None):
-        self.writes: dict[str, Op] = dict(writes or {})
-        self.reads: dict[str, Op] = dict(reads or {})
+    FIELDS = ("writes", "reads", "local_reads", "remote_writes")
+
+    def __init__(self, *tables):
+        self.writes: dict[str, Op] = {}  # written by the block itself
+        self.reads: dict[str, Op] = {}  # read remotely (`tile.peer_copy`)
+        self.local_reads: dict[str, Op] = {}  # read by the block itself
+        self.remote_writes: dict[str, Op] = {}  # written remotely (`tile.peer_store`)
+        for field, table in zip(self.FIELDS, tables):
+            getattr(self, field).update(table)
 
     def copy(self) -> "_State":
-        return _State(self.writes, self.reads)
+        return _State(*(getattr(self, f) for f in self.FIELDS))
+
+    def update(self, other: "_State") -> None:
+        for f in self.FIELDS:
+            getattr(self, f).update(getattr(other, f))
+
+    def replace(self, other: "_State") -> None:
+        for f in self.FIELDS:
+            setattr(self, f, getattr(other, f))
 
     def clear(self) -> None:
-        self.writes.clear()
-        self.reads.clear()
+        for f in self.FIELDS:
+            getattr(self, f).clear()
 
 
 def _mark(launch: Op) -> None:
     remote = {id(op.operands[0]) for op in launch.walk() if op.name == "tile.peer_copy"}
+    remote |= {id(op.operands[1]) for op in launch.walk() if op.name == "tile.peer_store"}
     for op in launch.walk():
-        if op.name == "tile.peer_copy":
+        if op.name in ("tile.peer_copy", "tile.peer_store"):
             op.attrs["dsmem"] = True
         if op.name == "tile.alloc" and id(op.result) in remote:
             op.attrs["dsmem"] = True
@@ -138,11 +160,24 @@ def _runs(loop: Op) -> bool:
 
 
 def _written(op: Op) -> str | None:
-    """The shared tile `op` writes, if any (every writing op writes its last operand)."""
-    if op.name in ("tile.alloc", "tile.launch", "tile.for", "tile.cluster_barrier") or not op.operands:
+    """The shared tile `op` writes in its own block, if any (every writing op writes its last
+    operand; `tile.peer_store` writes the peer's instance instead)."""
+    if op.name in ("tile.alloc", "tile.launch", "tile.for", "tile.cluster_barrier", "tile.peer_store") \
+            or not op.operands:
         return None
     out = op.operands[-1]
     return out.name if out.type.space == "shared" else None
+
+
+def _read_locally(op: Op) -> list[str]:
+    """The shared tiles `op` reads in its own block (inputs, and an accumulator it updates)."""
+    if op.name in ("tile.alloc", "tile.launch", "tile.for", "tile.cluster_barrier", "tile.peer_copy") \
+            or not op.operands:
+        return []
+    ins = list(op.operands[:-1])
+    if op.name == "tile.gemm" or op.attrs.get("accumulate"):
+        ins.append(op.operands[-1])
+    return [v.name for v in ins if v.type.space == "shared"]
 
 
 def _barrier(at: Op, reason: str) -> Op:
@@ -167,23 +202,47 @@ def _order(ops: list[Op], state: _State) -> list[Op]:
             body = _order(op.body.ops, first)
             again = first.copy()  # a second iteration sees what the first left behind
             op.body.ops[:] = _order(body, again)
-            state.writes, state.reads = again.writes, again.reads
+            state.replace(again)
             if not _runs(op):  # zero iterations: whatever was pending before the loop still is
-                state.writes.update(entry.writes)
-                state.reads.update(entry.reads)
+                state.update(entry)
             out.append(op)
             continue
         read = op.operands[0].name if op.name == "tile.peer_copy" else None
+        pushed = op.operands[1].name if op.name == "tile.peer_store" else None
         wrote = _written(op)
-        if read is not None and read in state.writes:
-            out.append(_barrier(op, f"peers read `%{read}` after it is written"))
-            state.clear()
-        elif wrote is not None and wrote in state.reads:
-            out.append(_barrier(op, f"`%{wrote}` is overwritten after peers read it"))
+        used = _read_locally(op)
+        reason = _conflict(state, read, pushed, wrote, used)
+        if reason is not None:
+            out.append(_barrier(op, reason))
             state.clear()
         if read is not None:
             state.reads[read] = op
+        if pushed is not None:
+            state.remote_writes[pushed] = op
         if wrote is not None:
             state.writes[wrote] = op
+        for name in used:
+            state.local_reads[name] = op
         out.append(op)
     return out
+
+
+def _conflict(state: _State, read: str | None, pushed: str | None, wrote: str | None,
+              used: list[str]) -> str | None:
+    """Why the op with these accesses needs a cluster barrier before it, or None."""
+    if read is not None and read in state.writes:
+        return f"peers read `%{read}` after it is written"
+    if read is not None and read in state.remote_writes:
+        return f"peers read `%{read}` after a peer writes it"
+    if wrote is not None and wrote in state.reads:
+        return f"`%{wrote}` is overwritten after peers read it"
+    if wrote is not None and wrote in state.remote_writes:
+        return f"`%{wrote}` is overwritten after a peer writes it"
+    for name in used:
+        if name in state.remote_writes:
+            return f"`%{name}` is read after a peer writes it"
+    if pushed is not None and (pushed in state.writes or pushed in state.local_reads):
+        return f"peers write `%{pushed}` after it is used"
+    if pushed is not None and (pushed in state.reads or pushed in state.remote_writes):
+        return f"peers write `%{pushed}` after other peers access it"
+    return None

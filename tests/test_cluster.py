@@ -20,7 +20,8 @@ from tkc.check import random_inputs, reference, rel_error
 from tkc.driver import frontend, optimize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLES = ["cluster_reduce_hbm", "cluster_reduce_dsmem"]
+EXAMPLES = ["cluster_reduce_hbm", "cluster_reduce_dsmem", "cluster_reduce_dsmem_pull"]
+DSMEM = ["cluster_reduce_dsmem", "cluster_reduce_dsmem_pull"]
 
 
 def path_of(name: str) -> str:
@@ -43,13 +44,15 @@ def test_interpreter_matches_torch(name, clusters, n, stage, seed):
     assert rel_error(torch.from_numpy(out.astype(np.float32)), ref) < 1e-2
 
 
+@pytest.mark.parametrize("name", DSMEM)
 @settings(max_examples=examples(4, 20), deadline=None)
 @given(clusters=st.integers(1, 4), n=st.integers(1, 200), seed=st.integers(0, 2**16))
-def test_map_dsmem_removes_the_race(clusters, n, seed):
-    """Without barriers the DSMEM reduce races (the interpreter says so); after map-dsmem it does
-    not, and it computes what the HBM variant computes."""
+def test_map_dsmem_removes_the_race(name, clusters, n, seed):
+    """Without barriers the DSMEM reduces race (the interpreter says so: a remote read, or a
+    remote store, unordered with the owner's accesses); after map-dsmem they do not, and they
+    compute what the HBM variant computes."""
     dims = {"B": 2 * clusters, "N": n}
-    tiled = run_pipeline(frontend(path_of("cluster_reduce_dsmem"), dims), parse_pipeline("tile"))
+    tiled = run_pipeline(frontend(path_of(name), dims), parse_pipeline("tile"))
     inputs = random_inputs(tiled, seed, "cpu")
     with pytest.raises(RaceError):
         interpret(tiled, inputs)
@@ -139,8 +142,8 @@ def test_tilelang_gpu_source_uses_cluster_launch(name, stage):
 
     art = driver.compile_file(path_of(name), "tilelang", {"STAGE": stage}, Cache(os.environ["TKC_CACHE_DIR"]))
     assert "cluster_dims=2" in art.source and "T.block_rank_in_cluster()" in art.source
-    assert ("tkc_peer_ptr" in art.source) == (name == "cluster_reduce_dsmem")
-    assert art.source.count("T.cluster_sync()") == (2 if name == "cluster_reduce_dsmem" else 0)
+    assert ("tkc_peer_ptr" in art.source) == (name in DSMEM)
+    assert art.source.count("T.cluster_sync()") == {"cluster_reduce_dsmem": 1, "cluster_reduce_dsmem_pull": 2}.get(name, 0)
     assert ("T.max(" in art.source) == (stage == 1)
 
 

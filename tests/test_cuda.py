@@ -202,10 +202,14 @@ def test_barrier_between_cross_thread_ops(generated):
 
 
 def test_cluster_examples_use_cluster_barriers_and_dsmem(generated):
+    _, pull = generated[_path("cluster_reduce_dsmem_pull")]
     _, dsmem = generated[_path("cluster_reduce_dsmem")]
     _, hbm = generated[_path("cluster_reduce_hbm")]
     assert "__cluster_dims__(2, 1, 1)" in dsmem and "__cluster_dims__(2, 1, 1)" in hbm
-    assert dsmem.count("cg::this_cluster().sync();") == 2 and "map_shared_rank(S, (r + 1) % 2)" in dsmem
+    assert pull.count("cg::this_cluster().sync();") == 2 and "map_shared_rank(S, (r + 1) % 2)" in pull
+    # the pushed form: one barrier, between the remote stores and the local reads of P
+    assert dsmem.count("cg::this_cluster().sync();") == 1 and "map_shared_rank(P, (r + 1) % 2)" in dsmem
+    assert dsmem.index("tk_store<16>(&peer[") < dsmem.index("cg::this_cluster().sync();") < dsmem.index("&P[")
     assert "map_shared_rank" not in hbm and "const int r = b % 2;" in hbm
 
 

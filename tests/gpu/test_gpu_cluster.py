@@ -31,7 +31,7 @@ def kernel(name: str, stage: int, target: str):
 
 
 @pytest.mark.parametrize("target", ["tilelang", "cuda"])
-@pytest.mark.parametrize("name", ["cluster_reduce_dsmem", "cluster_reduce_hbm"])
+@pytest.mark.parametrize("name", ["cluster_reduce_dsmem", "cluster_reduce_dsmem_pull", "cluster_reduce_hbm"])
 @pytest.mark.parametrize("stage", [0, 1])
 @settings(max_examples=examples(3, 10, 4), deadline=None)
 @given(clusters=st.integers(1, 2048), n=st.sampled_from([4096, 8192, 16384]), seed=st.integers(0, 2**31 - 1))

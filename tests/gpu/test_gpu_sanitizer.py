@@ -32,7 +32,7 @@ sys.exit(0 if err < 1e-2 else 3)
 
 @pytest.mark.parametrize("target", ["tilelang", "cuda"])
 @pytest.mark.parametrize("tool", ["racecheck", "memcheck"])
-@pytest.mark.parametrize("name", ["cluster_reduce_dsmem", "cluster_reduce_hbm"])
+@pytest.mark.parametrize("name", ["cluster_reduce_dsmem", "cluster_reduce_dsmem_pull", "cluster_reduce_hbm"])
 @pytest.mark.parametrize("stage", [0, 1])
 def test_sanitizer_is_clean(target, tool, name, stage):
     sanitizer = shutil.which("compute-sanitizer")
