@@ -15,8 +15,9 @@ f64), then adds the sum to the accumulator and rounds once, like the interpreter
 
 from __future__ import annotations
 
-from codegen.cuda_plan import GemmPlan, shape_of
-from codegen.cuda_prelude import C_TYPES, compute_dtype, convert
+from dsl import exprs
+from codegen.cuda_plan import GemmPlan, known_multiple, shape_of
+from codegen.cuda_prelude import C_TYPES, SIZES, compute_dtype, convert
 
 # (row offset, column offset) of accumulator floats [2h, 2h + 1] of a 16x16 block, h = 0..3
 PAIRS = [(0, 0), (8, 0), (0, 8), (8, 8)]
@@ -132,11 +133,15 @@ class GemmMixin:
 
     def mma_copy_out(self, op, d: int) -> None:
         """Copy an mma-placed tile to a global tensor or a shared tile, straight from the
-        registers: two consecutive elements per store."""
+        registers: two consecutive elements per store, or eight (see `wide_store_out`)."""
         src, dst = op.operands
         gp = self.plan.acc_split[id(src)]
         self.line(d, "{")
         row, col = self.warp_coords(gp, d + 1)
+        if self.can_store_wide(op, gp):
+            self.wide_store_out(op, gp, d + 1, row, col)
+            self.line(d, "}")
+            return
 
         def body(dd: int, h: int) -> None:
             value = lambda e: convert(f"{self.name(src)}[fi][fj][{2 * h} + {e}]", "f32", dst.type.dtype)  # noqa: E731
@@ -150,6 +155,48 @@ class GemmMixin:
 
         self.lane_pairs(gp, d + 1, row, col, body)
         self.line(d, "}")
+
+    def can_store_wide(self, op, gp: GemmPlan) -> bool:
+        """Whether `wide_store_out` can store this copy: a 16-bit global destination, an even number
+        of 16x16 blocks per warp along N (all inside the tile), 16-byte aligned rows and columns."""
+        src, dst = op.operands
+        if dst.type.space != "global" or SIZES[dst.type.dtype] != 2 or gp.fn % 2 or gp.wn * gp.fn > gp.nb:
+            return False
+        offset = exprs.parse(op.attrs["dst_offsets"][-1])
+        return shape_of(dst)[-1] % 8 == 0 and known_multiple(offset) % 8 == 0
+
+    def wide_store_out(self, op, gp: GemmPlan, d: int, row, col) -> None:
+        """Store an mma-placed tile to global memory 16 bytes per lane: the four lanes of a quad
+        hold, for each row, the pairs of four adjacent 16x8 blocks (64 bytes); a 4x4 transpose in
+        the quad (`tk_quad_transpose`) gives each lane 8 consecutive elements of one block. A warp
+        writes 64 contiguous bytes of each of 8 rows per store (whole 32-byte sectors) instead
+        of 16 bytes per row, so a tile takes a quarter of the stores and L2 requests."""
+        src, dst = op.operands
+        ctype = C_TYPES[dst.type.dtype]
+        self.line(d, "{")
+        d += 1
+        self.line(d, "const int grp = lane / 4, tig = lane % 4;  // mma.m16n8k16 accumulator layout")
+        self.line(d, "#pragma unroll")
+        self.line(d, f"for (int fi = 0; fi < {gp.fm}; ++fi) {self.frag_guard(gp, row, col, y=None)}{{")
+        self.line(d + 1, "#pragma unroll")
+        self.line(d + 1, f"for (int fq = 0; fq < {gp.fn // 2}; ++fq)  // blocks fj = 2 fq, 2 fq + 1: four 16x8 blocks")
+        self.line(d + 2, "#pragma unroll")
+        self.line(d + 2, "for (int rh = 0; rh < 2; ++rh) {  // rows grp, grp + 8")
+        dd = d + 3
+        self.line(dd, f"alignas(16) {ctype} pv[8];")
+        self.line(dd, "#pragma unroll")
+        self.line(dd, "for (int b = 0; b < 4; ++b) {  // 16x8 block b: the pair at columns 2 tig, 2 tig + 1")
+        acc = f"{self.name(src)}[fi][2 * fq + b / 2][4 * (b % 2) + 2 * rh"
+        self.line(dd + 1, f"pv[2 * b] = {convert(acc + ']', 'f32', dst.type.dtype)};")
+        self.line(dd + 1, f"pv[2 * b + 1] = {convert(acc + ' + 1]', 'f32', dst.type.dtype)};")
+        self.line(dd, "}")
+        self.line(dd, "tk_quad_transpose(pv, tig);  // now columns 8 tig .. 8 tig + 7 of the four blocks")
+        self.line(dd, f"const int row = {_times16(row('fi'))} + grp + 8 * rh, "
+                      f"col = {_times16(col('2 * fq'))} + 8 * tig;")
+        self.store_global(op, dst, ["row", "col"], 8, lambda e: f"pv[{e}]", dd)
+        self.line(d + 2, "}")
+        self.line(d, "}")
+        self.line(d - 1, "}")
 
     # ---- SIMT -------------------------------------------------------------------------------
     def simt_gemm(self, op, d: int) -> None:

@@ -184,6 +184,28 @@ __device__ __forceinline__ void tk_mma_16816(float* d, const unsigned (&a)[4], u
     }
 }
 
+// Transpose 4x4 32-bit words within each quad of lanes (tig = lane % 4): afterwards word i of
+// lane tig is what word tig of lane i (of the same quad) held. Two butterfly steps (lane ^ 2,
+// lane ^ 1), each exchanging the two words whose index differs from tig in that bit. Turns the
+// 2-element accumulator pairs of four adjacent 16x8 mma blocks into 8 consecutive elements per lane
+// (one 16-byte store instead of four 4-byte ones). Every lane of the warp must call it.
+template <typename T>
+__device__ __forceinline__ void tk_quad_transpose(T (&v)[8], int tig) {
+    static_assert(sizeof(T) == 2, "pairs of 16-bit elements");
+    unsigned* w = reinterpret_cast<unsigned*>(v);
+    const bool hi = tig & 2, odd = tig & 1;
+    #pragma unroll
+    for (int c = 0; c < 2; ++c) {
+        const unsigned r = __shfl_xor_sync(0xffffffffu, hi ? w[c] : w[2 + c], 2);
+        if (hi) w[c] = r; else w[2 + c] = r;
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; ++c) {
+        const unsigned r = __shfl_xor_sync(0xffffffffu, odd ? w[2 * c] : w[2 * c + 1], 1);
+        if (odd) w[2 * c] = r; else w[2 * c + 1] = r;
+    }
+}
+
 // Float -> int like C and the tkc interpreter: truncate toward zero, saturate (NaN -> 0).
 __device__ __forceinline__ int32_t tk_to_i32(float x) { return __float2int_rz(x); }
 __device__ __forceinline__ int32_t tk_to_i32(double x) { return __double2int_rz(x); }
