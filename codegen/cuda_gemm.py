@@ -7,7 +7,8 @@ wm x wn grid (codegen/cuda_plan.warp_split); per 16-wide k step each warp loads 
 m16n8k16 mma.sync per output block. A block's 8 accumulator floats per lane sit at (g = lane / 4,
 t = lane % 4): [0, 1] row g, columns 2t, 2t + 1; [2, 3] row g + 8; [4, 5] row g, columns 8 + 2t,
 9 + 2t; [6, 7] row g + 8 (PTX ISA, "Matrix fragments for mma.m16n8k16"). An accumulator placed
-`mma` stays in those registers across ops and is stored straight from them; one placed in shared
+`mma` stays in those registers across ops and is stored straight from them (16 bytes per lane
+after a transpose within each quad of lanes, where the tile allows); one placed in shared
 memory is read into them and written back around each gemm. Everything else runs as a SIMT loop:
 each thread computes the products of its chunks of the accumulator, summing K in f32 (f64 for
 f64), then adds the sum to the accumulator and rounds once, like the interpreter.
