@@ -166,6 +166,9 @@ def _check_races(blocks: dict[tuple, "_Block"], phase: int, final: bool) -> None
             if final:
                 raise RaceError(loc, f"race: a block writes its peer's shared tile `{buf}` after the last "
                                 "cluster barrier; the peer may exit and free its shared memory first")
+            if phase == 0:
+                raise RaceError(loc, f"race: a block writes its peer's shared tile `{buf}` before the first "
+                                "cluster barrier; the peer may not have started")
 
 
 class _Block:

@@ -14,8 +14,10 @@ For every grid with a `cluster` the pass
   owner's earlier uses of the tile and before its later ones, and every block's exit after the
   peers' remote accesses to its shared memory. Two accesses of one tile conflict when at least
   one is remote and at least one writes; accesses by the block itself are ordered by the block's
-  own barriers. Loops are analysed twice so that an access in one iteration and a conflicting
-  one in the next are ordered too.
+  own barriers; and a barrier before a block's first remote access, when none precedes it (the
+  peer block may not have started: CUDA C++ Programming Guide, "Distributed Shared Memory").
+  Loops are analysed twice so that an access in one iteration and a conflicting one in the
+  next are ordered too.
 All blocks of a cluster run the same program, so a block's own write of a tile stands for the
 peer's write of its instance. Kernels without clusters pass through unchanged; barriers the
 program already has are kept and counted. Source: CUDA C++ Programming Guide, "Distributed
@@ -117,7 +119,8 @@ class _State:
 
     FIELDS = ("writes", "reads", "local_reads", "remote_writes")
 
-    def __init__(self, *tables):
+    def __init__(self, *tables, started: bool = False):
+        self.started = started  # a cluster barrier surely passed: every peer has started
         self.writes: dict[str, Op] = {}  # written by the block itself
         self.reads: dict[str, Op] = {}  # read remotely (`tile.peer_copy`)
         self.local_reads: dict[str, Op] = {}  # read by the block itself
@@ -126,7 +129,7 @@ class _State:
             getattr(self, field).update(table)
 
     def copy(self) -> "_State":
-        return _State(*(getattr(self, f) for f in self.FIELDS))
+        return _State(*(getattr(self, f) for f in self.FIELDS), started=self.started)
 
     def update(self, other: "_State") -> None:
         for f in self.FIELDS:
@@ -135,10 +138,13 @@ class _State:
     def replace(self, other: "_State") -> None:
         for f in self.FIELDS:
             setattr(self, f, getattr(other, f))
+        self.started = other.started
 
     def clear(self) -> None:
+        """What a cluster barrier does: nothing is pending, and every peer has started."""
         for f in self.FIELDS:
             getattr(self, f).clear()
+        self.started = True
 
 
 def _mark(launch: Op) -> None:
@@ -205,6 +211,7 @@ def _order(ops: list[Op], state: _State) -> list[Op]:
             state.replace(again)
             if not _runs(op):  # zero iterations: whatever was pending before the loop still is
                 state.update(entry)
+                state.started = entry.started
             out.append(op)
             continue
         read = op.operands[0].name if op.name == "tile.peer_copy" else None
@@ -212,6 +219,8 @@ def _order(ops: list[Op], state: _State) -> list[Op]:
         wrote = _written(op)
         used = _read_locally(op)
         reason = _conflict(state, read, pushed, wrote, used)
+        if reason is None and not state.started and (read or pushed):
+            reason = "peers access DSMEM only after a cluster barrier: the peer may not have started"
         if reason is not None:
             out.append(_barrier(op, reason))
             state.clear()

@@ -207,9 +207,11 @@ def test_cluster_examples_use_cluster_barriers_and_dsmem(generated):
     _, hbm = generated[_path("cluster_reduce_hbm")]
     assert "__cluster_dims__(2, 1, 1)" in dsmem and "__cluster_dims__(2, 1, 1)" in hbm
     assert pull.count("cg::this_cluster().sync();") == 2 and "map_shared_rank(S, (r + 1) % 2)" in pull
-    # the pushed form: one barrier, between the remote stores and the local reads of P
-    assert dsmem.count("cg::this_cluster().sync();") == 1 and "map_shared_rank(P, (r + 1) % 2)" in dsmem
-    assert dsmem.index("tk_store<16>(&peer[") < dsmem.index("cg::this_cluster().sync();") < dsmem.index("&P[")
+    # the pushed form: a barrier after the loads (the peer must have started before its shared
+    # memory is written), the remote stores, a barrier, the local reads of P
+    assert dsmem.count("cg::this_cluster().sync();") == 2 and "map_shared_rank(P, (r + 1) % 2)" in dsmem
+    first, second = dsmem.index("cg::this_cluster().sync();"), dsmem.rindex("cg::this_cluster().sync();")
+    assert dsmem.rindex("tk_load<16>(gv, &X[") < first < dsmem.index("tk_store<16>(&peer[") < second < dsmem.index("&P[")
     assert "map_shared_rank" not in hbm and "const int r = b % 2;" in hbm
 
 
