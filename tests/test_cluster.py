@@ -201,3 +201,58 @@ def test_static_if_constants_cannot_be_rebound_by_tile(capsys):
     err = capsys.readouterr().err
     assert "`STAGE` selects code in a static `if`" in err and "-D STAGE=1" in err
     assert main(["opt", path_of("cluster_reduce_dsmem"), "-D", "STAGE=1", "-p", "tile"]) == 0
+
+
+PUSH = """kernel push<threads=128>(X: f16[B, N]) -> (Y: f16[B, N])
+    where B = 2, N = 64
+    reference "X.view(-1, 2, N).flip(1).reshape(B, N).float()"
+{{
+    grid (B) as (b) cluster (2) as (r) threads(threads)
+    P = shared(f16[1, N])
+{body}
+}}
+"""
+
+
+@pytest.mark.parametrize("barriers, message", [
+    ("", "writes its peer's shared tile `P` while the peer uses it"),
+    ("xy", "while the peer uses it"),  # a barrier before the store, none between it and the read
+    ("y", "before the first cluster barrier; the peer may not have started"),  # one after the store only
+])
+def test_the_interpreter_orders_peer_stores(tmp_path, barriers, message):
+    """A remote store needs a barrier before it (the peer must have started) and one between it
+    and the owner's read; without either the interpreter reports the race, and map-dsmem adds
+    exactly what is missing."""
+    lines = ["    sync cluster" if "x" in barriers else None, "    peer(P, (r + 1) % 2) = X[b : +1, :]",
+             "    sync cluster" if barriers == "y" else None, "    Y[b : +1, :] = P"]
+    if barriers == "xy":
+        lines[2] = None
+    path = tmp_path / "push.tk"
+    path.write_text(PUSH.format(body="\n".join(x for x in lines if x)))
+    tiled = run_pipeline(frontend(str(path)), parse_pipeline("tile"))
+    inputs = random_inputs(tiled, 0, "cpu")
+    with pytest.raises(RaceError, match=message):
+        interpret(tiled, inputs)
+    mapped = run_pipeline(tiled, parse_pipeline("map-dsmem"))
+    assert sum(op.name == "tile.cluster_barrier" for op in mapped.walk()) == 2
+    (ref,) = reference(mapped, inputs)
+    out = interpret(mapped, inputs)["Y"]
+    assert rel_error(torch.from_numpy(out.astype(np.float32)), ref) == 0
+
+
+def test_two_blocks_storing_into_one_peer_race(tmp_path):
+    path = tmp_path / "two.tk"
+    path.write_text("""kernel two<threads=128>(X: f16[B, N]) -> (Y: f16[B, N])
+    where B = 4, N = 64
+{
+    grid (B) as (b) cluster (4) as (r) threads(threads)
+    P = shared(f16[1, N])
+    sync cluster
+    peer(P, 0) = X[b : +1, :]
+    sync cluster
+    Y[b : +1, :] = P
+}
+""")
+    tiled = run_pipeline(frontend(str(path)), parse_pipeline("tile"))
+    with pytest.raises(RaceError, match="two blocks access shared tile `P` of the same peer"):
+        interpret(tiled, random_inputs(tiled, 0, "cpu"))
