@@ -357,14 +357,19 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             scale *= c
         return " + ".join(linear)
 
+    def open_peer(self, op: Op, tile: Value, d: int, const: bool) -> None:
+        """Open a scope with `peer`, a generic pointer to the peer block's instance of `tile`."""
+        ctype = ("const " if const else "") + C_TYPES[tile.type.dtype]
+        self.line(d, "{")
+        self.line(d + 1, f"{ctype}* const peer = cg::this_cluster().map_shared_rank({self.name(tile)}, "
+                  f"{self.peer_rank(op)});")
+
     def op_peer_copy(self, op: Op, d: int) -> None:
         """Read the peer block's instance of a shared tile through distributed shared memory
         (`map_shared_rank` is `mapa`; the loads are ordinary loads through a generic address)."""
         src, dst = op.operands
         ctype = C_TYPES[src.type.dtype]
-        self.line(d, "{")
-        self.line(d + 1, f"const {ctype}* const peer = cg::this_cluster().map_shared_rank({self.name(src)}, "
-                  f"{self.peer_rank(op)});")
+        self.open_peer(op, src, d, const=True)
 
         def body(ch, dd):
             self.line(dd, f"alignas(16) {ctype} pv[{ch.width}];")
@@ -380,9 +385,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         no reply (pushing is cheaper than the peer pulling: docs/PERFORMANCE.md)."""
         src, dst = op.operands
         ctype = C_TYPES[dst.type.dtype]
-        self.line(d, "{")
-        self.line(d + 1, f"{ctype}* const peer = cg::this_cluster().map_shared_rank({self.name(dst)}, "
-                  f"{self.peer_rank(op)});")
+        self.open_peer(op, dst, d, const=False)
 
         def body(ch, dd):
             x = self.read(src, ch, dd, "sv")

@@ -183,26 +183,26 @@ class _Emitter:
     def op_cluster_barrier(self, op: Op, depth: int) -> None:
         self.line(depth, "T.cluster_sync()")
 
+    def peer_view(self, op: Op, tile: Value, mode: str, depth: int) -> str:
+        """Bind a tensor over the peer block's instance of shared `tile` (a `mapa` pointer from
+        the prelude's `tkc_peer_ptr`); returns its name."""
+        peer = self.indices_named(f"{self.name(tile)}_peer")
+        zero = ", ".join("0" for _ in tile.type.shape)
+        self.line(depth, f"{peer} = T.make_tensor_from_addr(T.call_extern(\"handle\", \"tkc_peer_ptr\", "
+                  f"T.access_ptr({self.name(tile)}[{zero}], \"{mode}\"), {tl_expr(op.attrs['rank'][0])}), "
+                  f"({', '.join(self.dims(tile))},), {TL_DTYPES[tile.type.dtype]})")
+        return peer
+
     def op_peer_copy(self, op: Op, depth: int) -> None:
         src, dst = op.operands
-        rank = tl_expr(op.attrs["rank"][0])
-        peer = self.indices_named(f"{self.name(src)}_peer")
-        zero = ", ".join("0" for _ in src.type.shape)
-        self.line(depth, f"{peer} = T.make_tensor_from_addr(T.call_extern(\"handle\", \"tkc_peer_ptr\", "
-                  f"T.access_ptr({self.name(src)}[{zero}], \"r\"), {rank}), ({', '.join(self.dims(src))},), "
-                  f"{TL_DTYPES[src.type.dtype]})")
+        peer = self.peer_view(op, src, "r", depth)
         idx, d = self.loop_nest(self.dims(dst), depth)
         value = self.cast(f"{peer}[{', '.join(idx)}]", src.type.dtype, dst.type.dtype)
         self.line(d, f"{self.at(dst, idx)} = {value}")
 
     def op_peer_store(self, op: Op, depth: int) -> None:
         src, dst = op.operands
-        rank = tl_expr(op.attrs["rank"][0])
-        peer = self.indices_named(f"{self.name(dst)}_peer")
-        zero = ", ".join("0" for _ in dst.type.shape)
-        self.line(depth, f"{peer} = T.make_tensor_from_addr(T.call_extern(\"handle\", \"tkc_peer_ptr\", "
-                  f"T.access_ptr({self.name(dst)}[{zero}], \"w\"), {rank}), ({', '.join(self.dims(dst))},), "
-                  f"{TL_DTYPES[dst.type.dtype]})")
+        peer = self.peer_view(op, dst, "w", depth)
         idx, d = self.loop_nest(self.dims(src), depth)
         value = self.cast(self.at(src, idx), src.type.dtype, dst.type.dtype)
         self.line(d, f"{peer}[{', '.join(idx)}] = {value}")

@@ -219,12 +219,17 @@ class _Block:
         if out is not None and out.type.space == "shared":
             self.local_writes.setdefault(self.phase, {}).setdefault(out.name, str(op.loc))
 
-    def op_peer_store(self, op: Op) -> None:
-        src, dst = op.operands
+    def _peer(self, op: Op) -> tuple[tuple, "_Block"]:
+        """The rank and the block of `op`'s cluster peer."""
         rank = tuple(self.val(r) for r in op.attrs["rank"])
         peer = self.cluster.get(rank)
         if peer is None:
             raise ProgramError(op.loc, f"peer rank {list(rank)} is outside the cluster")
+        return rank, peer
+
+    def op_peer_store(self, op: Op) -> None:
+        src, dst = op.operands
+        rank, peer = self._peer(op)
         self.remote_writes.setdefault(self.phase, {}).setdefault((rank, dst.name), op.loc)
         if id(dst) not in peer.arrays:  # shared memory exists for the block's whole life
             peer.arrays[id(dst)] = _poison(dst.type.concrete_shape(peer.scope), dst.type.dtype)
@@ -232,10 +237,7 @@ class _Block:
 
     def op_peer_copy(self, op: Op) -> None:
         src, dst = op.operands
-        rank = tuple(self.val(r) for r in op.attrs["rank"])
-        peer = self.cluster.get(rank)
-        if peer is None:
-            raise ProgramError(op.loc, f"peer rank {list(rank)} is outside the cluster")
+        rank, peer = self._peer(op)
         self.remote_reads.setdefault(self.phase, {}).setdefault((rank, src.name), op.loc)
         if id(src) not in peer.arrays:  # the peer has not even allocated it in this phase
             raise RaceError(op.loc, f"race: a block reads its peer's shared tile `{src.name}` before the "
