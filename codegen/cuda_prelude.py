@@ -217,4 +217,12 @@ CLUSTER_PRELUDE = r"""
 // Thread-block clusters: cluster barriers and peer shared memory (DSMEM) through cooperative groups.
 #include <cooperative_groups.h>
 namespace cg = cooperative_groups;
+
+// A cluster barrier that orders no memory (map-dsmem's `relaxed` barrier: every block of the
+// cluster has started). Unlike cg's sync (barrier.cluster.arrive.release), it emits no
+// MEMBAR.ALL.GPU, which would wait for the loads in flight before arriving.
+__device__ __forceinline__ void tk_cluster_sync_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
 """

@@ -294,6 +294,9 @@ class ClusterBarrierOp(Op):
 
     Orders shared-memory writes before it with peer reads after it, and peer reads before it
     with writes after it. `map-dsmem` inserts the barriers a program needs (`inserted = true`).
+    With `relaxed = true` (map-dsmem's barrier before a block's first DSMEM access) it orders no
+    memory: it only tells that every block of the cluster has started (barrier.cluster.arrive
+    .relaxed); the reference interpreter treats it as a plain barrier.
     Example: `tile.cluster_barrier() loc(...)`
     """
 

@@ -16,6 +16,8 @@ For every grid with a `cluster` the pass
   one is remote and at least one writes; accesses by the block itself are ordered by the block's
   own barriers; and a barrier before a block's first remote access, when none precedes it (the
   peer block may not have started: CUDA C++ Programming Guide, "Distributed Shared Memory").
+  That one is `relaxed = true`: it orders no memory (no fence, so loads in flight are not
+  waited for), and the analysis does not count it as ordering the accesses around it.
   Loops are analysed twice so that an access in one iteration and a conflicting one in the
   next are ordered too.
 All blocks of a cluster run the same program, so a block's own write of a tile stands for the
@@ -64,7 +66,7 @@ class MapDsmemPass:
                 self._check(launch, env)
                 _mark(launch)
                 state = _State()
-                launch.body.ops[:] = _order(launch.body.ops, state)
+                launch.body.ops[:] = _tidy(_order(launch.body.ops, state))
                 if state.reads:  # peers may still read this block's tiles: no exit before they finish
                     launch.body.ops.append(_barrier(launch.body.ops[-1], "peers read "
                                                     + _names(state.reads) + " until the end of the kernel"))
@@ -186,8 +188,11 @@ def _read_locally(op: Op) -> list[str]:
     return [v.name for v in ins if v.type.space == "shared"]
 
 
-def _barrier(at: Op, reason: str) -> Op:
-    return ClusterBarrierOp(attrs={"inserted": True, "reason": reason}, loc=at.loc)
+def _barrier(at: Op, reason: str, relaxed: bool = False) -> Op:
+    attrs = {"inserted": True, "reason": reason}
+    if relaxed:
+        attrs["relaxed"] = True
+    return ClusterBarrierOp(attrs=attrs, loc=at.loc)
 
 
 def _names(table: dict[str, Op]) -> str:
@@ -199,7 +204,10 @@ def _order(ops: list[Op], state: _State) -> list[Op]:
     out: list[Op] = []
     for op in ops:
         if op.name == "tile.cluster_barrier":
-            state.clear()
+            if op.attrs.get("relaxed"):
+                state.started = True
+            else:
+                state.clear()
             out.append(op)
             continue
         if op.name == "tile.for":
@@ -207,7 +215,7 @@ def _order(ops: list[Op], state: _State) -> list[Op]:
             first = state.copy()
             body = _order(op.body.ops, first)
             again = first.copy()  # a second iteration sees what the first left behind
-            op.body.ops[:] = _order(body, again)
+            op.body.ops[:] = _tidy(_order(body, again))
             state.replace(again)
             if not _runs(op):  # zero iterations: whatever was pending before the loop still is
                 state.update(entry)
@@ -219,11 +227,13 @@ def _order(ops: list[Op], state: _State) -> list[Op]:
         wrote = _written(op)
         used = _read_locally(op)
         reason = _conflict(state, read, pushed, wrote, used)
-        if reason is None and not state.started and (read or pushed):
-            reason = "peers access DSMEM only after a cluster barrier: the peer may not have started"
         if reason is not None:
             out.append(_barrier(op, reason))
             state.clear()
+        elif not state.started and (read or pushed):
+            out.append(_barrier(op, "peers access DSMEM only after a cluster barrier: the peer may not have "
+                                "started", relaxed=True))
+            state.started = True
         if read is not None:
             state.reads[read] = op
         if pushed is not None:
@@ -234,6 +244,13 @@ def _order(ops: list[Op], state: _State) -> list[Op]:
             state.local_reads[name] = op
         out.append(op)
     return out
+
+
+def _tidy(ops: list[Op]) -> list[Op]:
+    """`ops` without a relaxed barrier that another cluster barrier directly follows."""
+    return [op for i, op in enumerate(ops)
+            if not (op.name == "tile.cluster_barrier" and op.attrs.get("relaxed") and i + 1 < len(ops)
+                    and ops[i + 1].name == "tile.cluster_barrier")]
 
 
 def _conflict(state: _State, read: str | None, pushed: str | None, wrote: str | None,

@@ -143,7 +143,8 @@ def test_tilelang_gpu_source_uses_cluster_launch(name, stage):
     art = driver.compile_file(path_of(name), "tilelang", {"STAGE": stage}, Cache(os.environ["TKC_CACHE_DIR"]))
     assert "cluster_dims=2" in art.source and "T.block_rank_in_cluster()" in art.source
     assert ("tkc_peer_ptr" in art.source) == (name in DSMEM)
-    assert art.source.count("T.cluster_sync()") == {"cluster_reduce_dsmem": 2, "cluster_reduce_dsmem_pull": 2}.get(name, 0)
+    assert art.source.count("T.cluster_sync()") == {"cluster_reduce_dsmem": 1, "cluster_reduce_dsmem_pull": 2}.get(name, 0)
+    assert art.source.count("T.cluster_arrive_relaxed()") == (name == "cluster_reduce_dsmem")
     assert ("T.max(" in art.source) == (stage == 1)
 
 
