@@ -116,25 +116,33 @@ def _launch(op: Op, env: dict[str, int], arrays: dict[int, np.ndarray]) -> None:
 
 
 def _run_cluster(op: Op, blocks: dict[tuple, "_Block"]) -> None:
-    """Step the blocks' generators from barrier to barrier; check every phase for races."""
+    """Step the blocks' generators from barrier to barrier; check every phase for races.
+
+    A phase ends at a full cluster barrier. A relaxed one (`relaxed = true`, map-dsmem's start
+    barrier) only tells that every block has started: the blocks step past it together, but
+    accesses on both sides of it stay in one phase, since it orders no memory."""
     for b in blocks.values():
         b.cluster = blocks
     running = {rank: b.region(op.body.ops) for rank, b in blocks.items()}
     phase = 0
     while running:
-        arrived, done = [], []
+        arrived, done, kinds = [], [], set()
         for rank, gen in running.items():
             blocks[rank].phase = phase
             try:
-                next(gen)
+                kinds.add(next(gen))
                 arrived.append(rank)
             except StopIteration:
                 done.append(rank)
-        if arrived and done:
+        if arrived and done or len(kinds) > 1:
             raise ProgramError(op.loc, f"a cluster barrier is reached by ranks {arrived} but not by {done}: "
                                "the blocks of a cluster must pass the same barriers")
-        _check_races(blocks, phase, final=not arrived)
+        for b in blocks.values():
+            b.started = b.started or bool(arrived)
         running = {r: running[r] for r in arrived}
+        if kinds == {"relaxed"}:
+            continue
+        _check_races(blocks, phase, final=not arrived)
         phase += 1
 
 
@@ -166,9 +174,6 @@ def _check_races(blocks: dict[tuple, "_Block"], phase: int, final: bool) -> None
             if final:
                 raise RaceError(loc, f"race: a block writes its peer's shared tile `{buf}` after the last "
                                 "cluster barrier; the peer may exit and free its shared memory first")
-            if phase == 0:
-                raise RaceError(loc, f"race: a block writes its peer's shared tile `{buf}` before the first "
-                                "cluster barrier; the peer may not have started")
 
 
 class _Block:
@@ -186,6 +191,7 @@ class _Block:
         self.remote_reads: dict[int, dict[tuple, str]] = {}
         self.remote_writes: dict[int, dict[tuple, str]] = {}
         self.allocated: set[int] = set()  # ids of the tiles this block has allocated
+        self.started = False  # every block of the cluster has passed a barrier (so has started)
 
     def val(self, text: str) -> int:
         return exprs.evaluate(exprs.parse(text), self.scope)
@@ -197,7 +203,7 @@ class _Block:
             if kind == "for":
                 yield from self.op_for(op)
             elif kind == "cluster_barrier":
-                yield
+                yield "relaxed" if op.attrs.get("relaxed") else "full"
             else:
                 getattr(self, "op_" + kind)(op)
                 self._note_local(op, kind)
@@ -230,6 +236,9 @@ class _Block:
     def op_peer_store(self, op: Op) -> None:
         src, dst = op.operands
         rank, peer = self._peer(op)
+        if not self.started:
+            raise RaceError(op.loc, f"race: a block writes its peer's shared tile `{dst.name}` before the first "
+                            "cluster barrier; the peer may not have started")
         self.remote_writes.setdefault(self.phase, {}).setdefault((rank, dst.name), op.loc)
         if id(dst) not in peer.arrays:  # shared memory exists for the block's whole life
             peer.arrays[id(dst)] = _poison(dst.type.concrete_shape(peer.scope), dst.type.dtype)

@@ -296,7 +296,8 @@ class ClusterBarrierOp(Op):
     with writes after it. `map-dsmem` inserts the barriers a program needs (`inserted = true`).
     With `relaxed = true` (map-dsmem's barrier before a block's first DSMEM access) it orders no
     memory: it only tells that every block of the cluster has started (barrier.cluster.arrive
-    .relaxed); the reference interpreter treats it as a plain barrier.
+    .relaxed); the reference interpreter steps the blocks past it together but keeps the
+    accesses on both sides of it in one phase.
     Example: `tile.cluster_barrier() loc(...)`
     """
 

@@ -216,7 +216,7 @@ PUSH = """kernel push<threads=128>(X: f16[B, N]) -> (Y: f16[B, N])
 
 
 @pytest.mark.parametrize("barriers, message", [
-    ("", "writes its peer's shared tile `P` while the peer uses it"),
+    ("", "before the first cluster barrier; the peer may not have started"),
     ("xy", "while the peer uses it"),  # a barrier before the store, none between it and the read
     ("y", "before the first cluster barrier; the peer may not have started"),  # one after the store only
 ])
@@ -257,3 +257,29 @@ def test_two_blocks_storing_into_one_peer_race(tmp_path):
     tiled = run_pipeline(frontend(str(path)), parse_pipeline("tile"))
     with pytest.raises(RaceError, match="two blocks access shared tile `P` of the same peer"):
         interpret(tiled, random_inputs(tiled, 0, "cpu"))
+
+
+def test_a_relaxed_barrier_orders_no_memory(tmp_path):
+    """map-dsmem's start barrier is relaxed: the interpreter does not let it order a load of S
+    before a peer's read of S (the same program with a full barrier is race-free)."""
+    path = tmp_path / "relaxed.tk"
+    path.write_text("""kernel rel<threads=128>(X: f16[B, N]) -> (Y: f16[B, N])
+    where B = 2, N = 64
+    reference "X.view(-1, 2, N).flip(1).reshape(B, N).float()"
+{
+    grid (B) as (b) cluster (2) as (r) threads(threads)
+    S = shared(X[b : +1, :])
+    sync cluster
+    T = peer(S, (r + 1) % 2)
+    sync cluster
+    Y[b : +1, :] = T
+}
+""")
+    tiled = run_pipeline(frontend(str(path)), parse_pipeline("tile"))
+    inputs = random_inputs(tiled, 0, "cpu")
+    (ref,) = reference(tiled, inputs)
+    assert rel_error(torch.from_numpy(interpret(tiled, inputs)["Y"].astype(np.float32)), ref) == 0
+    first = next(op for op in tiled.walk() if op.name == "tile.cluster_barrier")
+    first.attrs["relaxed"] = True
+    with pytest.raises(RaceError, match="while the peer writes it"):
+        interpret(tiled, inputs)
