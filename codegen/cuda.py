@@ -92,6 +92,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         self.ranges: dict[str, tuple[int, int]] = {}
         self.slot: dict[int, str] = {}  # id(staged shared tile) -> C expression of the current stage
         self.staged: set[int] = set()  # staged tiles of the pipelined loops being emitted
+        self.hoisted: dict[int, str] = {}  # id(mma tile.gemm) -> array of its A fragments loaded before a loop
         self.override: dict[str, str] = {}  # index names -> C expressions (prefetch iterations)
         self.opnames: dict[int, tuple[str, ...]] = {}
         self.threads = 128

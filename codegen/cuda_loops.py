@@ -35,6 +35,7 @@ class LoopMixin:
                         "loop bounds may use dims, constants, grid indices and enclosing loop indices") from None
         self.ranges[var] = (lo, max(lo, hi - 1))
         kind = op.attrs["kind"]
+        self.hoist_a_fragments(op, d, st)
         copies = self.async_copies(op) if kind == "pipelined" else []
         if copies:
             return self.pipelined(op, d, st, copies)

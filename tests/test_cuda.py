@@ -186,11 +186,16 @@ def test_miss_places_tiles_and_pipelines_as_intended(generated):
     # loop; B's tile is read by the tensor cores of every warp: a barrier after the wait and one
     # before the refill. All `stages` loads are in flight while an iteration waits.
     first, second = source.split("// for j in")
-    loop_a = first.split("// for s in")[1]
+    loop_a, after_a = first.split("// for s in")[1].split("tk_cp_async_wait<0>();")
     assert "tk_cp_async<16>" in loop_a and "tk_cp_async_wait<2>()" in loop_a and "__syncthreads" not in loop_a
+    between, hoist = after_a.split("// the A fragments of")
     prologue, body = second.split("for (int j = 0; j < 8; ++j)")
-    assert prologue.count("__syncthreads();") == 1  # B's staging tile reuses the bytes of A's
+    # one barrier between the loops: Sh is written, then read by every warp (and B's staging tile
+    # reuses the bytes of A's)
+    assert between.count("__syncthreads();") + hoist.count("__syncthreads();") + prologue.count("__syncthreads();") == 1
     assert body.count("__syncthreads();") == 2 and "tk_cp_async_wait<1>();  // this thread's" in body
+    # Sh is not written in the N loop: its A fragments are loaded once, before it
+    assert "tk_ldmatrix_x4(fa_Sh[kk / 16][fi]" in hoist and "tk_ldmatrix_x4(fa[" not in body
     assert "tk_ldmatrix_x4_trans" in second and "tk_mma_16816<__half>" in second
 
 
