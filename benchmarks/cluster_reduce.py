@@ -19,7 +19,7 @@ Variants, per cluster count and stage:
   output rows 0-1; they are checked against exactly that (row r = stage(x[r] + x[(r + 1) % 2])),
   several times on fresh inputs, and marked WRONG (k of n runs) when an output differs.
 - eager, compile: `X + X.view(-1, 2, N).flip(1).reshape(B, N)` (then relu), and torch.compile of it.
-- hbm:<target>, dsmem:<target>: examples/cluster_reduce_{hbm,dsmem}.tk through
+- hbm:<target>, dsmem:<target>, dsmem_pull:<target>: examples/cluster_reduce_{hbm,dsmem,dsmem_pull}.tk through
   `tkc.compile(path, target=<target>, STAGE=0|1)`, targets cuda and tilelang; a missing file or a
   TkError skips the row with a note.
 
