@@ -16,6 +16,7 @@ import numpy as np
 
 from dsl import exprs
 from dsl.ir import Module, Op, Value
+from dsl.ops import shared_accesses
 from dsl.types import DTYPES
 
 _POISON_INT = -0x5A5A5A5A
@@ -206,23 +207,14 @@ class _Block:
                 yield "relaxed" if op.attrs.get("relaxed") else "full"
             else:
                 getattr(self, "op_" + kind)(op)
-                self._note_local(op, kind)
+                self._note_local(op)
 
-    def _note_local(self, op: Op, kind: str) -> None:
+    def _note_local(self, op: Op) -> None:
         """Record the shared tiles `op` reads and writes in this block (not a peer's instance)."""
-        if not op.operands or kind == "alloc":
-            return
-        *ins, out = op.operands
-        if kind == "peer_copy":  # reads the peer's instance of its source
-            ins = []
-        if kind == "peer_store":  # writes the peer's instance of its destination
-            out = None
-        if kind in ("elementwise", "reduce", "gemm") and op.attrs.get("accumulate", kind == "gemm"):
-            ins = [*ins, out]
+        ins, out = shared_accesses(op)
         for v in ins:
-            if v.type.space == "shared":
-                self.local_reads.setdefault(self.phase, {}).setdefault(v.name, str(op.loc))
-        if out is not None and out.type.space == "shared":
+            self.local_reads.setdefault(self.phase, {}).setdefault(v.name, str(op.loc))
+        if out is not None:
             self.local_writes.setdefault(self.phase, {}).setdefault(out.name, str(op.loc))
 
     def _peer(self, op: Op) -> tuple[tuple, "_Block"]:

@@ -333,6 +333,25 @@ OPS: dict[str, type[Op]] = {
 EXPR_ATTRS = ("cond", "grid", "threads", "src_offsets", "dst_offsets", "lo", "hi", "stages", "cluster", "rank")
 
 
+def shared_accesses(op: Op) -> tuple[list, object]:
+    """(shared tiles `op` reads, shared tile it writes or None), in the block's own instances:
+    every writing op writes its last operand and reads the others (and the last one too when it
+    accumulates into it); `tile.peer_copy` reads the peer's instance of its source and
+    `tile.peer_store` writes the peer's instance of its destination, so those do not count.
+    Shared by map-dsmem's barrier analysis and the interpreter's race checks."""
+    if op.name in ("tile.alloc", "tile.launch", "tile.for", "tile.cluster_barrier") or not op.operands:
+        return [], None
+    *ins, out = op.operands
+    if op.name == "tile.peer_copy":
+        ins = []
+    if op.name == "tile.peer_store":
+        out = None
+    elif op.name == "tile.gemm" or op.attrs.get("accumulate"):
+        ins = [*ins, out]
+    return ([v for v in ins if v.type.space == "shared"],
+            out if out is not None and out.type.space == "shared" else None)
+
+
 def expr_attrs(op: Op):
     """(attribute name, parsed expression) for every index expression `op` carries."""
     for key in EXPR_ATTRS:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op
-from dsl.ops import ClusterBarrierOp
+from dsl.ops import ClusterBarrierOp, shared_accesses
 from passes.options import PIPELINE_LOC, options_from
 from passes.targets import DEFAULT_SM
 
@@ -167,27 +167,6 @@ def _runs(loop: Op) -> bool:
         return False
 
 
-def _written(op: Op) -> str | None:
-    """The shared tile `op` writes in its own block, if any (every writing op writes its last
-    operand; `tile.peer_store` writes the peer's instance instead)."""
-    if op.name in ("tile.alloc", "tile.launch", "tile.for", "tile.cluster_barrier", "tile.peer_store") \
-            or not op.operands:
-        return None
-    out = op.operands[-1]
-    return out.name if out.type.space == "shared" else None
-
-
-def _read_locally(op: Op) -> list[str]:
-    """The shared tiles `op` reads in its own block (inputs, and an accumulator it updates)."""
-    if op.name in ("tile.alloc", "tile.launch", "tile.for", "tile.cluster_barrier", "tile.peer_copy") \
-            or not op.operands:
-        return []
-    ins = list(op.operands[:-1])
-    if op.name == "tile.gemm" or op.attrs.get("accumulate"):
-        ins.append(op.operands[-1])
-    return [v.name for v in ins if v.type.space == "shared"]
-
-
 def _barrier(at: Op, reason: str, relaxed: bool = False) -> Op:
     attrs = {"inserted": True, "reason": reason}
     if relaxed:
@@ -224,8 +203,9 @@ def _order(ops: list[Op], state: _State) -> list[Op]:
             continue
         read = op.operands[0].name if op.name == "tile.peer_copy" else None
         pushed = op.operands[1].name if op.name == "tile.peer_store" else None
-        wrote = _written(op)
-        used = _read_locally(op)
+        local_reads, local_write = shared_accesses(op)
+        wrote = local_write.name if local_write is not None else None
+        used = [v.name for v in local_reads]
         reason = _conflict(state, read, pushed, wrote, used)
         if reason is not None:
             out.append(_barrier(op, reason))
