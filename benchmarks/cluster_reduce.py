@@ -205,9 +205,7 @@ def bench(row, fn, make_input, ref_of, sets, args, device, timer, copy_tbps, poi
         if device == "cuda":
             torch.cuda.synchronize()
     except Exception as exc:
-        row["status"] = "error"
-        row["note"] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"[:300]
-        row["traceback"] = traceback.format_exc()
+        row.update(miss.error_fields(exc))
         return row
     return finish_row(row, ms, copy_tbps)
 
@@ -236,8 +234,7 @@ def load_examples(args):
                     out[(v, t, s)] = {"status": "skipped", "note": miss.first_line_of_tkerror(exc),
                                       "diagnostic": exc.render()}
                 except Exception as exc:
-                    out[(v, t, s)] = {"status": "error", "note": f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"[:300],
-                                      "traceback": traceback.format_exc()}
+                    out[(v, t, s)] = miss.error_fields(exc)
     return out
 
 
@@ -258,15 +255,13 @@ def specialize(kernel, clusters, n):
     except TkError as exc:
         return None, {"status": "skipped", "note": miss.first_line_of_tkerror(exc), "diagnostic": exc.render()}
     except Exception as exc:
-        return None, {"status": "error", "note": f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"[:300],
-                      "traceback": traceback.format_exc()}
+        return None, miss.error_fields(exc)
     return kernel, {"compile_s": time.perf_counter() - t0}
 
 
 # ----------------------------------------------------------------------------- output
 
-def fmt(v, spec, empty="-"):
-    return empty if v is None else format(v, spec)
+fmt = miss.fmt
 
 
 def print_row(r):
@@ -420,7 +415,7 @@ def prepare_seed(seed, args, device, meta, work_dir):
     except Exception as exc:
         info["error"] = traceback.format_exc()
         print(f"seed kernels could not be built or loaded: {type(exc).__name__}: {exc}", flush=True)
-        return None, "error", f"seed kernels not built: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"[:300]
+        return None, "error", f"seed kernels not built: {miss.exc_note(exc)}"
     info.update(mod.info)
     print(f"seed kernels built with {compiler} and loaded in {mod.info['build_s']:.1f} s", flush=True)
     return mod, "ok", ""
@@ -567,7 +562,7 @@ def main(argv=None) -> int:
                                 torch.cuda.synchronize()
                             row["compile_s"] = time.perf_counter() - t0
                         except Exception as exc:
-                            row["note"] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"[:300]
+                            row["note"] = miss.exc_note(exc)
                             row["traceback"] = traceback.format_exc()
                             group.append(row)
                             print_row(row)

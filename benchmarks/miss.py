@@ -258,7 +258,7 @@ def bench_variant(name, fn, s, sets, timer, device, copy_tbps, eager_ms, extra=N
         if device == "cuda":
             torch.cuda.synchronize()
     except Exception as exc:
-        row["note"] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"[:300]
+        row["note"] = exc_note(exc)
         row["traceback"] = traceback.format_exc()
         return row
     row["status"] = "WRONG" if wrong else "ok"
@@ -301,9 +301,18 @@ def tkc_variant(variant, s, args, device):
         status = "does not fit" if "shared memory" in msg else "compile error"
         return None, {"status": status, "note": msg, "diagnostic": exc.render()}
     except Exception as exc:
-        return None, {"status": "error", "note": f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"[:300],
-                      "traceback": traceback.format_exc()}
+        return None, error_fields(exc)
     return k, {"compile_s": time.perf_counter() - t0}
+
+
+def exc_note(exc) -> str:
+    """One line for an unexpected exception in a result row: its type and first line."""
+    return exc_note(exc)
+
+
+def error_fields(exc) -> dict:
+    """Row fields for an unexpected exception (call inside the `except`: keeps the traceback)."""
+    return {"status": "error", "note": exc_note(exc), "traceback": traceback.format_exc()}
 
 
 def fmt(v, spec, empty="-"):
@@ -478,7 +487,7 @@ def main(argv=None) -> int:
                     extra = {"compile_s": time.perf_counter() - t0}
                 except Exception as exc:
                     row = {"shape": name, **s, "variant": v, "status": "error", "time_us": None,
-                           "note": f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"[:300]}
+                           "note": exc_note(exc)}
                     results.append(row)
                     print_row(row)
                     continue

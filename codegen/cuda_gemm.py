@@ -17,7 +17,7 @@ f64), then adds the sum to the accumulator and rounds once, like the interpreter
 from __future__ import annotations
 
 from dsl import exprs
-from codegen.cuda_plan import GemmPlan, known_multiple, shape_of
+from codegen.cuda_plan import OTHER, GemmPlan, known_multiple, shape_of
 from codegen.cuda_prelude import C_TYPES, SIZES, compute_dtype, convert
 
 # (row offset, column offset) of accumulator floats [2h, 2h + 1] of a 16x16 block, h = 0..3
@@ -101,13 +101,10 @@ class GemmMixin:
         is not written inside the loop (loop-invariant: miss.tk's f16 shard sums against every N
         tile of B), when they fit HOIST_REGS registers. H200, miss.tk M16384 K4096 N4096 R64:
         179.2 us instead of 186.6 (docs/PERFORMANCE.md)."""
-        from codegen.cuda_plan import OTHER
-
-        inside = {id(o) for o in loop.walk()}
         written = {id(o.operands[-1]) for o in loop.walk() if o.operands and o.name != "tile.for"}
         allocated = {id(o.result) for o in loop.walk() if o.name == "tile.alloc"}
         for g in loop.walk():
-            if g.name != "tile.gemm" or id(g) in self.hoisted or id(g) not in inside:
+            if g.name != "tile.gemm" or id(g) in self.hoisted:
                 continue
             gp = self.plan.gemms[id(g)]
             a = g.operands[0]

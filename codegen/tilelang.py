@@ -17,6 +17,7 @@ import keyword
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value
+from dsl.types import DTYPES
 
 TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64": "T.float64",
              "i8": "T.int8", "i32": "T.int32"}
@@ -311,8 +312,6 @@ class _Emitter:
         and the tile's row a multiple of 4 bytes. TileLang 0.1.15 lowers copies in a pipelined loop
         to cp.async whatever `tl.enable_async_copy` says, and fails in its CUDA codegen on a 2-byte
         one (miss.tk at K=17 on an H200, 2026-11-21)."""
-        from dsl.types import DTYPES
-
         for inner in loop.walk():
             if inner.name != "tile.copy" or inner.operands[0].type.space != "global":
                 continue

@@ -1,8 +1,9 @@
 """Push-half with a split cluster barrier: arrive after the remote stores, own-half loads, wait."""
 import json
+import os
 B, N = 2112, 16384
 H = N // 2
-HEAD = open(__import__("os").path.join(__import__("os").path.dirname(__import__("os").path.abspath(__file__)), "gen2.py")).read().split("HEAD = r'''")[1].split("'''")[0]
+HEAD = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen2.py")).read().split("HEAD = r'''")[1].split("'''")[0]
 for T in (256, 512, 1024):
   for order in ("split", "splitfirst"):
     IT = H // (8 * T)

@@ -1,7 +1,8 @@
 """Copy-kernel configuration sweep (experiment): threads T, 16-byte words per thread W."""
 import json
+import os
 TOTAL = 2112 * 16384 * 2  # bytes per direction
-HEAD = open(__import__("os").path.join(__import__("os").path.dirname(__import__("os").path.abspath(__file__)), "gen2.py")).read().split("HEAD = r'''")[1].split("'''")[0]
+HEAD = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen2.py")).read().split("HEAD = r'''")[1].split("'''")[0]
 for T in (128, 256, 512, 1024):
     for W in (1, 2, 4, 8):
         grid = TOTAL // (T * W * 16)
