@@ -220,16 +220,17 @@ def load_examples(args):
 
     out = {}
     for v in args.variants:
-        if v not in EXAMPLES:
+        base, consts = miss.split_variant(v)
+        if base not in EXAMPLES:
             continue
-        path = os.path.join(ROOT, "examples", f"{EXAMPLES[v]}.tk")
+        path = os.path.join(ROOT, "examples", f"{EXAMPLES[base]}.tk")
         for t in args.targets:
             for s in args.stages:
                 if not os.path.exists(path):
-                    out[(v, t, s)] = {"status": "skipped", "note": f"examples/{EXAMPLES[v]}.tk does not exist yet"}
+                    out[(v, t, s)] = {"status": "skipped", "note": f"examples/{EXAMPLES[base]}.tk does not exist yet"}
                     continue
                 try:
-                    out[(v, t, s)] = tkc.compile(path, target=t, cache_dir=args.cache_dir, STAGE=s)
+                    out[(v, t, s)] = tkc.compile(path, target=t, cache_dir=args.cache_dir, **{**consts, "STAGE": s})
                 except TkError as exc:
                     out[(v, t, s)] = {"status": "skipped", "note": miss.first_line_of_tkerror(exc),
                                       "diagnostic": exc.render()}
@@ -299,9 +300,18 @@ def default_out() -> str:
     return os.path.join(os.environ["OUT"], "cluster_reduce.json") if os.environ.get("OUT") else "cluster_reduce.json"
 
 
-def parse_list(text, known, what, p):
+def parse_list(text, known, what, p, overridable=()):
+    """Comma-separated names from `known`; names in `overridable` may carry schedule constants,
+    `dsmem[threads=1024]` (as in benchmarks/miss.py)."""
     items = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [t for t in items if t not in known]
+    bad = []
+    for t in items:
+        try:
+            base, consts = miss.split_variant(t)
+        except ValueError:
+            base, consts = None, {}
+        if base not in known or (consts and base not in overridable) or ("[" in t and not consts):
+            bad.append(t)
     if bad:
         p.error(f"unknown {what} {', '.join(bad)}; known: {', '.join(known)}")
     return items
@@ -319,7 +329,8 @@ def parse_args(argv=None):
     p.add_argument("--stages", default="LINEAR,FFN", help="comma-separated subset of LINEAR,FFN (default both)")
     all_variants = SEED_VARIANTS + TORCH_VARIANTS + list(EXAMPLES)
     p.add_argument("--variants", default=None,
-                   help=f"comma-separated subset of {','.join(all_variants)} (default: all; --cpu all but compile)")
+                   help=f"comma-separated subset of {','.join(all_variants)} (default: all; --cpu all but compile); "
+                        "an example may carry schedule constants, e.g. 'dsmem[threads=1024]'")
     p.add_argument("--targets", default=None,
                    help=f"tkc targets for the examples (default {','.join(GPU_TARGETS)}; --cpu {','.join(CPU_TARGETS)})")
     p.add_argument("--size", type=int, default=None,
@@ -353,7 +364,7 @@ def parse_args(argv=None):
         p.error("cluster counts must be >= 1")
     args.stages = [STAGE_NAMES.index(s) for s in parse_list(args.stages.upper(), STAGE_NAMES, "stage(s)", p)]
     if args.variants:
-        args.variants = parse_list(args.variants, all_variants, "variant(s)", p)
+        args.variants = parse_list(args.variants, all_variants, "variant(s)", p, overridable=EXAMPLES)
     else:
         args.variants = [v for v in all_variants if not (args.cpu and v == "compile")]
     # Any target name goes: one tkc cannot launch is reported as a skipped row with tkc's diagnostic.
@@ -486,7 +497,7 @@ def main(argv=None) -> int:
         if not isinstance(k, dict):
             for c in args.clusters:
                 try:
-                    jobs.append((k.path, example_dims(k, c, n), {"STAGE": s}, t))
+                    jobs.append((k.path, example_dims(k, c, n), {**miss.split_variant(v)[1], "STAGE": s}, t))
                 except Exception:  # reported by the main loop's own specialize
                     pass
     jobs = [j for j in jobs if j[3] != "interp"]  # interp builds in memory: nothing to share through the cache
@@ -570,7 +581,8 @@ def main(argv=None) -> int:
                     row = bench(row, fn, make_input, ref_ours, sets, args, device, timer, copy_tbps, poison_full)
                 else:
                     for t in args.targets:
-                        row = new_row(c, s, f"{v}:{t}", n, example=f"examples/{EXAMPLES[v]}.tk", target=t)
+                        row = new_row(c, s, f"{v}:{t}", n, example=f"examples/{EXAMPLES[miss.split_variant(v)[0]]}.tk",
+                                      target=t)
                         k = examples[(v, t, s)]
                         if isinstance(k, dict):
                             row.update(k)

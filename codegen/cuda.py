@@ -96,6 +96,9 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         self.override: dict[str, str] = {}  # index names -> C expressions (prefetch iterations)
         self.opnames: dict[int, tuple[str, ...]] = {}
         self.threads = 128
+        self.in_flight: dict[int, Value] = {}  # shared tiles a top-level cp.async copy has not been waited for
+        self.remote: set[int] = set()  # shared tiles another block of the cluster reads or writes (DSMEM):
+        # never copied into by cp.async, so a copy in flight at a cluster barrier is the block's own
 
     # ---- naming -----------------------------------------------------------------------------
     def _unique(self, base: str) -> str:
@@ -273,7 +276,10 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                 self.line(1, f"float {self.name(v)}[{gp.fm}][{gp.fn}][8];  // {what} as mma.sync accumulators: "
                           f"warps {gp.wm} x {gp.wn}, {gp.fm} x {gp.fn} blocks of 16x16 each")
         self.line(1, "")
+        self.remote = {id(a.operands[0 if a.name == "tile.peer_copy" else 1]) for a in op.walk()
+                       if a.name in ("tile.peer_copy", "tile.peer_store")}
         self.region(op.body.ops, 1, SyncState())
+        self.wait_copies(1, "before the block exits")
 
     # ---- regions and barriers ---------------------------------------------------------------
     def region(self, ops: list[Op], d: int, st: SyncState) -> SyncState:
@@ -281,6 +287,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             if op.name == "tile.alloc":
                 continue
             if op.name == "tile.for":
+                self.wait_copies(d, "before the loop")
                 st = self.op_for(op, d, st)
                 continue
             if op.name == "tile.cluster_barrier" and op.attrs.get("relaxed"):  # orders no memory
@@ -291,22 +298,45 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                 self.line(d, f"// {self.describe(op)} ({_loc(op)})")
                 self.line(d, "cg::this_cluster().sync();")
                 st.clear()
+                # A copy still in flight lands after the barrier: its writes still need a
+                # __syncthreads() (after the wait) before other threads touch the tile.
+                st.add(self.in_flight_writes())
                 continue
             handler = getattr(self, "op_" + op.name.split(".")[1], None)
             if handler is None or op.name in ("tile.func", "tile.launch", "tile.require"):
                 raise error(op.loc, f"the CUDA backend cannot express `{op.name}` here",
                             "supported inside a grid: tile.fill, tile.copy, tile.elementwise, tile.reduce, "
                             "tile.gemm, tile.for, tile.peer_copy, tile.peer_store, tile.cluster_barrier")
-            self.sync(self.accesses(op), d, st)
+            accesses = self.accesses(op)
+            if any(self.overlaps_in_flight(a) for a in accesses):
+                self.wait_copies(d, "the copy must have landed before these bytes are touched")
+            self.sync(accesses, d, st)
             self.line(d, f"// {self.describe(op)} ({_loc(op)})")
             handler(op, d)
         return st
+
+    def wait_copies(self, d: int, why: str) -> None:
+        """Wait for this thread's top-level cp.async copies (`cp.async.wait_group 0`)."""
+        if self.in_flight:
+            names = ", ".join(self.name(v) for v in self.in_flight.values())
+            self.line(d, f"tk_cp_async_wait<0>();  // cp.async into {names}: {why}")
+            self.in_flight.clear()
+
+    def in_flight_writes(self) -> list[Access]:
+        """The write accesses of the copies still in flight, as `accesses` gave them."""
+        return [self.access(v, True, chunk_map(shape_of(v))) for v in self.in_flight.values()]
+
+    def overlaps_in_flight(self, a: Access) -> bool:
+        """Whether access `a` touches bytes a cp.async still in flight writes (the tile itself, or
+        a tile that shares its bytes after its lifetime ends)."""
+        return any(a.lo < w.hi and w.lo < a.hi for w in self.in_flight_writes())
 
     def sync(self, accesses: list[Access], d: int, st: SyncState) -> None:
         accesses = [a for a in accesses if a.buf not in self.staged]
         if st.conflicts(accesses):
             self.line(d, "__syncthreads();")
             st.clear()
+            st.add(self.in_flight_writes())  # a copy still in flight is not ordered by this barrier
         st.add(accesses)
 
     def accesses(self, op: Op) -> list[Access]:

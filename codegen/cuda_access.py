@@ -226,6 +226,17 @@ class AccessMixin:
         ws, wd = self.plan.where(src), self.plan.where(dst)
         if ws == "mma":
             self.mma_copy_out(op, d)
+        elif (ws == "global" and d == 1 and wd == "shared" and id(dst) not in self.remote
+              and self.can_cp_async(op)):  # d == 1: not in a loop
+            # A copy into a shared tile outside loops goes through cp.async: no registers, and the
+            # thread goes on to its next op; the first access to the tile waits for it
+            # (codegen/cuda.py, `wait_copies`). Not for a tile peer blocks access: compute-sanitizer
+            # racecheck reports the peer's DSMEM reads of cp.async-written data as hazards even
+            # after wait_group and a cluster barrier (cluster_reduce_dsmem_pull.tk, H200,
+            # 2026-11-21), and waiting before the barrier would leave nothing to overlap.
+            self.chunk_loop(shape_of(dst), d, lambda ch, dd: self.load_chunk(op, ch, dd, async_=True))
+            self.line(d, "tk_cp_async_commit();")
+            self.in_flight[id(dst)] = dst
         elif ws == "global":
             self.chunk_loop(shape_of(dst), d, lambda ch, dd: self.load_chunk(op, ch, dd, async_=False))
         elif wd == "global":

@@ -17,7 +17,9 @@ import keyword
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value
+from dsl.ops import shared_accesses
 from dsl.types import DTYPES
+from codegen.cuda_plan import known_multiple
 
 TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64": "T.float64",
              "i8": "T.int8", "i32": "T.int32"}
@@ -71,6 +73,9 @@ class _Emitter:
         self.used: set[str] = set()
         self.env = module.env
         self.threads = 128
+        self.in_flight: dict[int, Value] = {}  # shared tiles a top-level T.async_copy has not been waited for
+        self.remote: set[int] = set()  # shared tiles another block of the cluster reads or writes (DSMEM):
+        # never copied into by T.async_copy
 
     # ---- naming -----------------------------------------------------------------------------
     def name(self, v: Value) -> str:
@@ -163,7 +168,10 @@ class _Emitter:
             kind = "local" if self.cpu else {"shared": "shared", "frag": "fragment", "local": "fragment"}[t.space]
             self.line(2, f"{self.name(a.result)} = T.alloc_{kind}(({', '.join(self.dims(a.result))},), "
                       f"{TL_DTYPES[t.dtype]})")
+        self.remote = {id(a.operands[0 if a.name == "tile.peer_copy" else 1]) for a in op.walk()
+                       if a.name in ("tile.peer_copy", "tile.peer_store")}
         self.region(op.body.ops, 2)
+        self.wait_copies(2, "before the block exits")
 
     def cluster(self, op: Op) -> str:
         """`T.Kernel` arguments for a thread-block cluster (TileLang 0.1.15: 1-d clusters, peer
@@ -247,7 +255,20 @@ class _Emitter:
         for op in ops:
             if op.name == "tile.alloc":
                 continue
+            if self.in_flight:
+                reads, write = shared_accesses(op)
+                if op.name == "tile.for":
+                    self.wait_copies(depth, "before the loop")
+                elif any(id(v) in self.in_flight for v in [*reads, write]):
+                    self.wait_copies(depth, "the copy must have landed before the tile is touched")
             getattr(self, "op_" + op.name.split(".")[1])(op, depth)
+
+    def wait_copies(self, depth: int, why: str) -> None:
+        """Wait for this thread's top-level cp.async copies (T.async_copy issues no wait)."""
+        if self.in_flight:
+            names = ", ".join(self.name(v) for v in self.in_flight.values())
+            self.line(depth, f"T.ptx_wait_group(0)  # cp.async into {names}: {why}")
+            self.in_flight.clear()
 
     # ---- ops --------------------------------------------------------------------------------
     def op_for(self, op: Op, depth: int) -> None:
@@ -320,6 +341,23 @@ class _Emitter:
                     return False
         return True
 
+    def async_ok(self, op: Op) -> bool:
+        """Whether the global -> shared copy `op` can be one T.async_copy: same dtype, no edge
+        checks, 16-byte words (the tensor's row, the tile's row and the column offset all
+        multiples of 16 bytes), and whole words for every thread. TileLang 0.1.15 fails to
+        compile a T.async_copy it cannot vectorize to at least 4 bytes per thread ("no eligible
+        global->shared store was rewritten": miss_mtile.tk at N=16, R=16 with 256 threads)."""
+        src, dst = op.operands
+        if src.type.dtype != dst.type.dtype or dst.type.space != "shared" or any(op.attrs.get("checked", [True])):
+            return False
+        size = DTYPES[src.type.dtype][0]
+        rows = [v.type.concrete_shape({})[-1] * size for v in (src, dst) if v.type.rank]
+        col = known_multiple(exprs.parse(op.attrs["src_offsets"][-1])) * size if op.attrs["src_offsets"] else 0
+        nbytes = size
+        for n in dst.type.concrete_shape({}):
+            nbytes *= n
+        return all(r % 16 == 0 for r in rows) and col % 16 == 0 and nbytes % (16 * self.threads) == 0
+
     def op_copy(self, op: Op, depth: int) -> None:
         src, dst = op.operands
         if src.type.space == "global" or dst.type.space == "global":
@@ -340,6 +378,13 @@ class _Emitter:
             # On the GPU, T.copy converts dtypes and guards accesses past the tensor's edge.
             region = f"{self.name(tensor)}[{', '.join(offsets)}]"
             args = (region, self.name(tile)) if load else (self.name(tile), region)
+            if load and depth == 2 and id(tile) not in self.remote and self.async_ok(op):  # depth 2: not in a loop
+                # cp.async + commit, no wait: the thread goes on; `region` waits before the first
+                # op that touches the tile (TileLang only makes T.copy async in pipelined loops).
+                # Not for tiles peers access (see codegen/cuda_access.py, op_copy).
+                self.line(depth, f"T.async_copy({args[0]}, {args[1]})")
+                self.in_flight[id(tile)] = tile
+                return
             self.line(depth, f"T.copy({args[0]}, {args[1]})")
             return
         idx, d = self.loop_nest(self.dims(tile), depth)
