@@ -155,6 +155,15 @@ class _Emitter:
         if "cluster" in op.attrs:
             extra += self.cluster(op)
         self.line(1, f"with T.Kernel({grid}{extra}) as ({vars_},):")
+        if "cluster" in op.attrs and not self.cpu:
+            # As in the CUDA backend (codegen/cuda.py): a cluster kernel's inputs are not
+            # `__restrict__`, or nvcc loads them with ld.global.nc, which ptxas sinks below the
+            # cluster barrier (seen in the SASS). `annotate_restrict_buffers` lists the
+            # parameters that do NOT get `__restrict__`.
+            outs = set(self.m.func.attrs.get("outputs", []))
+            ins = [self.name(a) for i, a in enumerate(self.m.func.body.args) if i not in outs]
+            if ins:
+                self.line(2, f"T.annotate_restrict_buffers({', '.join(ins)})")
         for rank in op.attrs.get("ranks", []):
             self.line(2, f"{rank} = T.block_rank_in_cluster()")
         allocs = [o for o in op.walk() if o.name == "tile.alloc"]

@@ -146,6 +146,7 @@ def test_tilelang_gpu_source_uses_cluster_launch(name, stage):
     assert art.source.count("T.cluster_sync()") == {"cluster_reduce_dsmem": 1, "cluster_reduce_dsmem_pull": 2}.get(name, 0)
     assert art.source.count("T.cluster_arrive_relaxed()") == (name == "cluster_reduce_dsmem")
     assert ("T.max(" in art.source) == (stage == 1)
+    assert "T.annotate_restrict_buffers(X)" in art.source  # inputs of cluster kernels: no __restrict__
 
 
 def test_tir_lowers_the_dsmem_example():
@@ -154,6 +155,18 @@ def test_tir_lowers_the_dsmem_example():
 
     art = driver.compile_file(path_of("cluster_reduce_dsmem"), "tir", {}, Cache(os.environ["TKC_CACHE_DIR"]))
     assert '"cluster_dims": [2, 1, 1]' in art.source and "tkc_peer_ptr" in art.source
+    # The input is not __restrict__ (as in the CUDA backend: ld.global.nc loads were sunk below
+    # the start barrier); the output keeps it.
+    assert '"tl.non_restrict_params": [X]' in art.source
+
+
+def test_tilelang_keeps_restrict_outside_clusters():
+    from tkc import driver
+    from tkc.cache import Cache
+
+    art = driver.compile_file(os.path.join(ROOT, "examples", "miss.tk"), "tilelang", {},
+                              Cache(os.environ["TKC_CACHE_DIR"]))
+    assert "annotate_restrict_buffers" not in art.source
 
 
 ZERO_TRIP = """kernel z<threads=128, Z=1>(X: f16[B, N]) -> (Y: f16[B, N])
