@@ -76,6 +76,7 @@ class _Emitter:
         self.in_flight: dict[int, Value] = {}  # shared tiles a top-level T.async_copy has not been waited for
         self.remote: set[int] = set()  # shared tiles another block of the cluster reads or writes (DSMEM):
         # never copied into by T.async_copy
+        self.top_ops: list[Op] = []  # the ops of the kernel body, in order
 
     # ---- naming -----------------------------------------------------------------------------
     def name(self, v: Value) -> str:
@@ -179,6 +180,7 @@ class _Emitter:
                       f"{TL_DTYPES[t.dtype]})")
         self.remote = {id(a.operands[0 if a.name == "tile.peer_copy" else 1]) for a in op.walk()
                        if a.name in ("tile.peer_copy", "tile.peer_store")}
+        self.top_ops = list(op.body.ops)
         self.region(op.body.ops, 2)
         self.wait_copies(2, "before the block exits")
 
@@ -350,6 +352,11 @@ class _Emitter:
                     return False
         return True
 
+    def read_later(self, copy: Op, tile: Value) -> bool:
+        """Whether an op after the top-level `copy` reads `tile` (in the block's own instance)."""
+        after = self.top_ops[self.top_ops.index(copy) + 1:]
+        return any(tile in shared_accesses(o)[0] for top in after for o in top.walk())
+
     def async_ok(self, op: Op) -> bool:
         """Whether the global -> shared copy `op` can be one T.async_copy: same dtype, no edge
         checks, 16-byte words (the tensor's row, the tile's row and the column offset all
@@ -387,10 +394,13 @@ class _Emitter:
             # On the GPU, T.copy converts dtypes and guards accesses past the tensor's edge.
             region = f"{self.name(tensor)}[{', '.join(offsets)}]"
             args = (region, self.name(tile)) if load else (self.name(tile), region)
-            if load and depth == 2 and id(tile) not in self.remote and self.async_ok(op):  # depth 2: not in a loop
+            if (load and depth == 2 and id(tile) not in self.remote and self.read_later(op, tile)
+                    and self.async_ok(op)):  # depth 2: not in a loop
                 # cp.async + commit, no wait: the thread goes on; `region` waits before the first
                 # op that touches the tile (TileLang only makes T.copy async in pipelined loops).
-                # Not for tiles peers access (see codegen/cuda_access.py, op_copy).
+                # Not for tiles peers access (see codegen/cuda_access.py, op_copy), nor for a tile
+                # nothing reads afterwards: TileLang may give its bytes to another buffer right
+                # after its last use, while the cp.async would still be landing there.
                 self.line(depth, f"T.async_copy({args[0]}, {args[1]})")
                 self.in_flight[id(tile)] = tile
                 return
