@@ -25,6 +25,7 @@ import json
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value, format_attr_dict
+from dsl.ops import peer_tiles
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin
 from codegen.cuda_gemm import GemmMixin
@@ -276,8 +277,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                 self.line(1, f"float {self.name(v)}[{gp.fm}][{gp.fn}][8];  // {what} as mma.sync accumulators: "
                           f"warps {gp.wm} x {gp.wn}, {gp.fm} x {gp.fn} blocks of 16x16 each")
         self.line(1, "")
-        self.remote = {id(a.operands[0 if a.name == "tile.peer_copy" else 1]) for a in op.walk()
-                       if a.name in ("tile.peer_copy", "tile.peer_store")}
+        self.remote = peer_tiles(op)
         self.region(op.body.ops, 1, SyncState())
         self.wait_copies(1, "before the block exits")
 

@@ -17,7 +17,7 @@ import keyword
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value
-from dsl.ops import shared_accesses
+from dsl.ops import peer_tiles, shared_accesses
 from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
 
@@ -178,8 +178,7 @@ class _Emitter:
             kind = "local" if self.cpu else {"shared": "shared", "frag": "fragment", "local": "fragment"}[t.space]
             self.line(2, f"{self.name(a.result)} = T.alloc_{kind}(({', '.join(self.dims(a.result))},), "
                       f"{TL_DTYPES[t.dtype]})")
-        self.remote = {id(a.operands[0 if a.name == "tile.peer_copy" else 1]) for a in op.walk()
-                       if a.name in ("tile.peer_copy", "tile.peer_store")}
+        self.remote = peer_tiles(op)
         self.top_ops = list(op.body.ops)
         self.region(op.body.ops, 2)
         self.wait_copies(2, "before the block exits")

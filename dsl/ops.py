@@ -352,6 +352,14 @@ def shared_accesses(op: Op) -> tuple[list, object]:
             out if out is not None and out.type.space == "shared" else None)
 
 
+def peer_tiles(launch: Op) -> set[int]:
+    """ids of the shared tiles some block of the cluster accesses in a peer's instance (the
+    source of a `tile.peer_copy`, the destination of a `tile.peer_store`), anywhere in `launch`.
+    map-dsmem marks their allocs `dsmem`; the GPU backends keep cp.async away from them."""
+    return {id(op.operands[0 if op.name == "tile.peer_copy" else 1]) for op in launch.walk()
+            if op.name in ("tile.peer_copy", "tile.peer_store")}
+
+
 def expr_attrs(op: Op):
     """(attribute name, parsed expression) for every index expression `op` carries."""
     for key in EXPR_ATTRS:

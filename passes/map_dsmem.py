@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op
-from dsl.ops import ClusterBarrierOp, shared_accesses
+from dsl.ops import ClusterBarrierOp, peer_tiles, shared_accesses
 from passes.options import PIPELINE_LOC, options_from
 from passes.targets import DEFAULT_SM
 
@@ -150,8 +150,7 @@ class _State:
 
 
 def _mark(launch: Op) -> None:
-    remote = {id(op.operands[0]) for op in launch.walk() if op.name == "tile.peer_copy"}
-    remote |= {id(op.operands[1]) for op in launch.walk() if op.name == "tile.peer_store"}
+    remote = peer_tiles(launch)
     for op in launch.walk():
         if op.name in ("tile.peer_copy", "tile.peer_store"):
             op.attrs["dsmem"] = True
