@@ -30,9 +30,10 @@ from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin
 from codegen.cuda_gemm import GemmMixin
 from codegen.cuda_loops import LoopMixin
+from codegen.cuda_signal import Signal, plan_signal
 from codegen.cuda_plan import (Access, OTHER, SyncState, chunk_map, chunk_width, make_plan, numel,
                                shape_of)
-from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, PRELUDE, apply, combine, compute_dtype, convert, identity, literal
+from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, PRELUDE, SIGNAL_PRELUDE, SIZES, apply, combine, compute_dtype, convert, identity, literal
 
 ARCH = "sm_90a"
 SMEM_LIMIT = SMEM_LIMITS["sm_90"]
@@ -98,6 +99,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         self.opnames: dict[int, tuple[str, ...]] = {}
         self.threads = 128
         self.in_flight: dict[int, Value] = {}  # shared tiles a top-level cp.async copy has not been waited for
+        self.signal: Signal | None = None  # pushed stores signalled through an mbarrier (cuda_signal.py)
         self.remote: set[int] = set()  # shared tiles another block of the cluster reads or writes (DSMEM):
         # never copied into by cp.async, so a copy in flight at a cluster barrier is the block's own
 
@@ -161,6 +163,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         cluster = self.cluster = self.cluster_dims(launch)
         self.plan = make_plan(self.m, launch, self.threads)
         self.check_smem(launch)
+        if cluster != [1, 1, 1]:
+            self.signal = plan_signal(launch, cluster, self.m.env, self.smem_word)
         grid3 = grid + [1] * (3 - len(grid))
         smem = self.plan.total_smem
         config = {"kernel": kname, "grid": grid3, "block": [self.threads, 1, 1], "cluster": cluster,
@@ -179,6 +183,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         self.lines.extend(PRELUDE.rstrip("\n").split("\n"))
         if "cluster" in launch.attrs:
             self.lines.extend(CLUSTER_PRELUDE.rstrip("\n").split("\n"))
+        if self.signal is not None:
+            self.lines.extend(SIGNAL_PRELUDE.rstrip("\n").split("\n"))
         self.line(0, "")
         self.line(0, "// ---- kernel --------------------------------------------------------------------------------")
         self.line(0, "")
@@ -276,6 +282,12 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                 gp = self.plan.acc_split[id(v)]
                 self.line(1, f"float {self.name(v)}[{gp.fm}][{gp.fn}][8];  // {what} as mma.sync accumulators: "
                           f"warps {gp.wm} x {gp.wn}, {gp.fm} x {gp.fn} blocks of 16x16 each")
+        if self.signal is not None:
+            self.recv = self._unique("tk_recv")
+            tiles = ", ".join(sorted({self.name(s.operands[1]) for s in self.signal.stores}))
+            self.line(1, f"__shared__ __align__(8) unsigned long long {self.recv};  // mbarrier: the "
+                      f"{self.signal.nbytes} bytes peers store into {tiles} (st.async) have landed")
+            self.line(1, f"if (tid == 0) tk_mbar_expect_bytes(&{self.recv}, {self.signal.nbytes});")
         self.line(1, "")
         self.remote = peer_tiles(op)
         self.region(op.body.ops, 1, SyncState())
@@ -293,6 +305,11 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             if op.name == "tile.cluster_barrier" and op.attrs.get("relaxed"):  # orders no memory
                 self.line(d, f"// {self.describe(op)}: every block of the cluster has started ({_loc(op)})")
                 self.line(d, "tk_cluster_sync_relaxed();")
+                continue
+            if self.signal is not None and op is self.signal.barrier:  # not a barrier of the block's threads
+                tiles = ", ".join(sorted({self.name(s.operands[1]) for s in self.signal.stores}))
+                self.line(d, f"// {self.describe(op)}: as an mbarrier wait ({_loc(op)})")
+                self.line(d, f"tk_mbar_wait(&{self.recv});  // the peers' stores into {tiles} have landed")
                 continue
             if op.name == "tile.cluster_barrier":  # also a barrier of the block's own threads
                 self.line(d, f"// {self.describe(op)} ({_loc(op)})")
@@ -425,13 +442,23 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         no reply (pushing is cheaper than the peer pulling: docs/PERFORMANCE.md)."""
         src, dst = op.operands
         ctype = C_TYPES[dst.type.dtype]
-        self.open_peer(op, dst, d, const=False)
+        signalled = self.signal is not None and any(op is s for s in self.signal.stores)
+        if signalled:  # st.async, counted on the peer's mbarrier (codegen/cuda_signal.py)
+            self.line(d, "{")
+            self.line(d + 1, f"const unsigned peer = tk_mapa(tk_smem_addr({self.name(dst)}), {self.peer_rank(op)});")
+            self.line(d + 1, f"const unsigned peer_recv = tk_mapa(tk_smem_addr(&{self.recv}), {self.peer_rank(op)});")
+        else:
+            self.open_peer(op, dst, d, const=False)
 
         def body(ch, dd):
             x = self.read(src, ch, dd, "sv")
             self.line(dd, f"alignas(16) {ctype} pv[{ch.width}];")
             self.elem_loop(dd, f"pv[e] = {convert(x('e'), src.type.dtype, dst.type.dtype)};", ch.width)
-            self.line(dd, f"tk_store<{self.smem_word(dst, ch.width)}>(&peer[{self.smem_offset(dst, ch.idx)}], pv);")
+            word, off = self.smem_word(dst, ch.width), self.smem_offset(dst, ch.idx)
+            if signalled:
+                self.line(dd, f"tk_st_async<{word}>(peer + ({off}) * {SIZES[dst.type.dtype]}, pv, peer_recv);")
+            else:
+                self.line(dd, f"tk_store<{word}>(&peer[{off}], pv);")
 
         self.chunk_loop(shape_of(src), d + 1, body)
         self.line(d, "}")

@@ -226,3 +226,52 @@ __device__ __forceinline__ void tk_cluster_sync_relaxed() {
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 """
+
+# Pushed stores signalled through an mbarrier (codegen/cuda_signal.py): the receiver's mbarrier
+# expects the bytes its peers store with st.async (PTX ISA: "st.async", "mbarrier").
+SIGNAL_PRELUDE = r"""
+__device__ __forceinline__ unsigned tk_smem_addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+// The address of the same shared-memory byte in the block of cluster rank `rank`.
+__device__ __forceinline__ unsigned tk_mapa(unsigned addr, unsigned rank) {
+    unsigned out;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(addr), "r"(rank));
+    return out;
+}
+// Thread 0 only: an mbarrier for one arrival that completes when `bytes` more have landed; the
+// fence makes the initialized barrier visible to the cluster (before a cluster barrier). The
+// __syncwarp keeps compute-sanitizer racecheck from reporting the init (a uniform-datapath
+// instruction in SASS) and the arrive as an intra-warp hazard (H200, 2026-11-21).
+__device__ __forceinline__ void tk_mbar_expect_bytes(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(tk_smem_addr(bar)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncwarp(1);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(tk_smem_addr(bar)), "r"(bytes) : "memory");
+}
+// Wait until phase 0 of the mbarrier completed: every expected byte has landed and is visible.
+__device__ __forceinline__ void tk_mbar_wait(unsigned long long* bar) {
+    unsigned done;
+    do {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done) : "r"(tk_smem_addr(bar)) : "memory");
+    } while (!done);
+}
+// src[0, N) into the shared::cluster address `addr` in BYTES-wide st.async stores (4, 8 or 16),
+// each counted on the receiver's mbarrier `bar` (a shared::cluster address too).
+template <int BYTES, typename T, int N>
+__device__ __forceinline__ void tk_st_async(unsigned addr, const T (&src)[N], unsigned bar) {
+    static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "st.async stores 4, 8 or 16 bytes");
+    const unsigned* w = reinterpret_cast<const unsigned*>(src);
+    #pragma unroll
+    for (int i = 0; i < int(sizeof(T)) * N / BYTES; ++i, addr += BYTES, w += BYTES / 4) {
+        if constexpr (BYTES == 16)
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
+                         :: "r"(addr), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]), "r"(bar) : "memory");
+        else if constexpr (BYTES == 8)
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];"
+                         :: "r"(addr), "r"(w[0]), "r"(w[1]), "r"(bar) : "memory");
+        else
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                         :: "r"(addr), "r"(w[0]), "r"(bar) : "memory");
+    }
+}
+"""

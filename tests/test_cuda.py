@@ -212,12 +212,16 @@ def test_cluster_examples_use_cluster_barriers_and_dsmem(generated):
     _, hbm = generated[_path("cluster_reduce_hbm")]
     assert "__cluster_dims__(2, 1, 1)" in dsmem and "__cluster_dims__(2, 1, 1)" in hbm
     assert pull.count("cg::this_cluster().sync();") == 2 and "map_shared_rank(S, (r + 1) % 2)" in pull
-    # the pushed form: a barrier after the loads (the peer must have started before its shared
-    # memory is written), the remote stores, a barrier, the local reads of P
-    assert dsmem.count("cg::this_cluster().sync();") == 1 and "map_shared_rank(P, (r + 1) % 2)" in dsmem
+    # the pushed form: the mbarrier set up, a barrier after the loads (the peer must have started
+    # before its shared memory is written), the remote st.async stores, a wait for the peer's
+    # bytes on the mbarrier (codegen/cuda_signal.py), the local reads of P
+    assert "cg::this_cluster().sync();" not in dsmem and "tk_mapa(tk_smem_addr(P), (r + 1) % 2)" in dsmem
     assert dsmem.count("tk_cluster_sync_relaxed();") == 1 and "__restrict__" not in dsmem.split("extern \"C\"")[1]
-    first, second = dsmem.index("tk_cluster_sync_relaxed();"), dsmem.index("cg::this_cluster().sync();")
-    assert dsmem.rindex("tk_load<16>(gv, &X[") < first < dsmem.index("tk_store<16>(&peer[") < second < dsmem.index("&P[")
+    body = dsmem.split("extern \"C\"")[1]
+    init, first = body.index("if (tid == 0) tk_mbar_expect_bytes(&tk_recv, 16384);"), body.index("tk_cluster_sync_relaxed();")
+    second = body.index("tk_mbar_wait(&tk_recv);")
+    assert init < body.rindex("tk_load<16>(gv, &X[") < first < body.index("tk_st_async<16>(peer + (col) * 2, pv, peer_recv);")
+    assert body.rindex("tk_st_async") < second < body.index("&P[") and body.count("tk_st_async") == 1
     assert "map_shared_rank" not in hbm and "const int r = b % 2;" in hbm
 
 

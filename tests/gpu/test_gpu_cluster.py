@@ -7,6 +7,7 @@ large cluster counts are always among the examples."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 import torch
@@ -16,6 +17,9 @@ from hypothesis import strategies as st
 import tkc
 from profiles import examples
 from tkc.check import rel_error
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from test_cuda_signal import PUSH4  # noqa: E402  (four-block pushes through st.async)
 
 pytestmark = pytest.mark.gpu
 
@@ -49,3 +53,27 @@ def test_cluster_reduce_matches_torch(target, name, stage, clusters, n, seed):
             ref = torch.relu(ref)
         assert torch.isfinite(y.float()).all()
         assert rel_error(y, ref) < 1e-2
+
+
+@pytest.mark.parametrize("n", [256, 36, 34, 33, 4096])
+@settings(max_examples=examples(3, 8, 4), deadline=None)
+@given(clusters=st.integers(1, 2048), seed=st.integers(0, 2**31 - 1))
+@example(clusters=1056, seed=0)
+def test_signalled_pushes_match_torch(tmp_path_factory, n, clusters, seed):
+    """tests/test_cuda_signal.py's PUSH4 (four-block clusters, two pushed stores of f16 and f32
+    through st.async and an mbarrier; at N=33 through the cluster barrier) through `cuda`."""
+    if "push4" not in _KERNELS:
+        path = tmp_path_factory.mktemp("push4") / "push4.tk"
+        path.write_text(PUSH4)
+        _KERNELS["push4"] = tkc.compile(str(path), target="cuda")  # specialized on B and N per call
+    k = _KERNELS["push4"]
+    note(f"push4 N={n} clusters={clusters} seed={seed}")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(4 * clusters, n, device="cuda", generator=gen).half()
+    v = x.view(-1, 4, n).float()
+    ref = (v.roll(1, 1) + 2.0 * v.roll(-1, 1)).reshape(4 * clusters, n)
+    for _ in range(3):
+        y = k(x)
+        torch.cuda.synchronize()
+        assert torch.isfinite(y).all()
+        assert rel_error(y, ref) < 1e-3
