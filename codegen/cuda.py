@@ -287,7 +287,9 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             tiles = ", ".join(sorted({self.name(s.operands[1]) for s in self.signal.stores}))
             self.line(1, f"__shared__ __align__(8) unsigned long long {self.recv};  // mbarrier: the "
                       f"{self.signal.nbytes} bytes peers store into {tiles} (st.async) have landed")
-            self.line(1, f"if (tid == 0) tk_mbar_expect_bytes(&{self.recv}, {self.signal.nbytes});")
+            self.line(1, f"if (tid == 0) tk_mbar_init(&{self.recv});")
+            self.line(1, "__syncwarp();")
+            self.line(1, f"if (tid == 0) tk_mbar_arrive_expect(&{self.recv}, {self.signal.nbytes});")
         self.line(1, "")
         self.remote = peer_tiles(op)
         self.region(op.body.ops, 1, SyncState())

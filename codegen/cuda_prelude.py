@@ -237,14 +237,17 @@ __device__ __forceinline__ unsigned tk_mapa(unsigned addr, unsigned rank) {
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(addr), "r"(rank));
     return out;
 }
-// Thread 0 only: an mbarrier for one arrival that completes when `bytes` more have landed; the
-// fence makes the initialized barrier visible to the cluster (before a cluster barrier). The
-// __syncwarp keeps compute-sanitizer racecheck from reporting the init (a uniform-datapath
-// instruction in SASS) and the arrive as an intra-warp hazard (H200, 2026-11-21).
-__device__ __forceinline__ void tk_mbar_expect_bytes(unsigned long long* bar, unsigned bytes) {
+// One thread: an mbarrier for one arrival; the fence makes the initialized barrier visible to the
+// cluster (before a cluster barrier).
+__device__ __forceinline__ void tk_mbar_init(unsigned long long* bar) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(tk_smem_addr(bar)) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    __syncwarp(1);
+}
+// The same thread, after a __syncwarp() (without it compute-sanitizer racecheck reports the init, a
+// uniform-datapath instruction in SASS, and this arrive as an intra-warp hazard; a __syncwarp(1)
+// inside the thread's branch cost 0.25 us at 1056 clusters on an H200): arrive, and expect `bytes`
+// more to land before the phase completes.
+__device__ __forceinline__ void tk_mbar_arrive_expect(unsigned long long* bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(tk_smem_addr(bar)), "r"(bytes) : "memory");
 }
 // Wait until phase 0 of the mbarrier completed: every expected byte has landed and is visible.

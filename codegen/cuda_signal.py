@@ -8,9 +8,10 @@ a wait on an mbarrier in the receiving block, which expects exactly the bytes it
 not wait at all, the receiver waits only for its own bytes, and the cluster barrier's release
 (a `MEMBAR.ALL.GPU` in SASS, which waits for every memory access in flight) is gone.
 
-Measured on an H200 (benchmarks/probes/cluster_reduce/gen10.py and ab.py, 1056 two-block
-clusters, 12 interleaved rounds, CUDA graph of 40 launches; docs/PERFORMANCE.md): the DSMEM
-example took 35.79 us per launch this way vs 36.24 us with the cluster barrier (-1.2%).
+Measured on an H200 (benchmarks/probes/cluster_reduce/ab.py, 1056 two-block clusters, 12
+interleaved rounds, time per launch in a CUDA graph of 40 launches; docs/PERFORMANCE.md): the DSMEM
+example took 35.77 us this way vs 36.24 us with the cluster barrier (-1.3%, 95% intervals of the
+paired differences +-0.03 us); the HBM example took 35.08 us in the same rounds.
 
 The lowering applies only where it is exact; otherwise the cluster barrier stays:
 * every peer access in the launch is a `tile.peer_store`, at the top level (not in a loop: the

@@ -181,7 +181,8 @@ CLUSTER_SYNC = "cg::this_cluster().sync();"
 
 def test_dsmem_copy_stays_in_flight_across_the_peer_stores_and_the_barrier():
     """cluster_reduce_dsmem: A (never accessed remotely) is copied with cp.async and waited for
-    after the cluster barrier, right before the add reads it; no register staging of A."""
+    after the wait for the peer's stores (an mbarrier wait: codegen/cuda_signal.py), right before
+    the add reads it; no register staging of A."""
     body, _ = sources(example("cluster_reduce_dsmem"), B=4)
     assert "tk_cp_async<16>(&A[" in body and "tk_store<16>(&A[" not in body
     copy, commit = in_order(body, "tk_cp_async<16>(&A[", "tk_cp_async_commit();")
@@ -189,7 +190,7 @@ def test_dsmem_copy_stays_in_flight_across_the_peer_stores_and_the_barrier():
     wait = body.index("tk_cp_async_wait<0>()")
     assert body[wait:].startswith(CUDA_WAIT + " A: the copy must have landed")
     add = body.index("// tile.elementwise(%A")
-    assert commit < body.index("tk_store<16>(&peer[") < body.index(CLUSTER_SYNC) < wait < add
+    assert commit < body.index("tk_st_async<16>(peer + ") < body.index("tk_mbar_wait(&tk_recv);") < wait < add
     # every thread reads back only the chunks its own cp.async wrote: no block barrier needed
     assert "__syncthreads" not in body[wait:add]
 

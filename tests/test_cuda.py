@@ -218,7 +218,7 @@ def test_cluster_examples_use_cluster_barriers_and_dsmem(generated):
     assert "cg::this_cluster().sync();" not in dsmem and "tk_mapa(tk_smem_addr(P), (r + 1) % 2)" in dsmem
     assert dsmem.count("tk_cluster_sync_relaxed();") == 1 and "__restrict__" not in dsmem.split("extern \"C\"")[1]
     body = dsmem.split("extern \"C\"")[1]
-    init, first = body.index("if (tid == 0) tk_mbar_expect_bytes(&tk_recv, 16384);"), body.index("tk_cluster_sync_relaxed();")
+    init, first = body.index("if (tid == 0) tk_mbar_arrive_expect(&tk_recv, 16384);"), body.index("tk_cluster_sync_relaxed();")
     second = body.index("tk_mbar_wait(&tk_recv);")
     assert init < body.rindex("tk_load<16>(gv, &X[") < first < body.index("tk_st_async<16>(peer + (col) * 2, pv, peer_recv);")
     assert body.rindex("tk_st_async") < second < body.index("&P[") and body.count("tk_st_async") == 1

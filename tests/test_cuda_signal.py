@@ -94,12 +94,12 @@ def test_stores_go_through_st_async_and_the_barrier_becomes_an_mbarrier_wait(pat
     module, src = emit(paths["push4"], N=n)
     text = body(src)
     nbytes = n * 2 + n * 4
-    assert f"if (tid == 0) tk_mbar_expect_bytes(&tk_recv, {nbytes});" in text
+    assert f"if (tid == 0) tk_mbar_arrive_expect(&tk_recv, {nbytes});" in text
     assert "cg::this_cluster().sync();" not in text and "map_shared_rank" not in text
     assert text.count("tk_cluster_sync_relaxed();") == 1 and text.count("tk_mbar_wait(&tk_recv);") == 1
     assert {w for w in words if f"tk_st_async<{w}>(" in text} == words
     assert "tk_mapa(tk_smem_addr(P), (r + 1) % 4)" in text and "tk_mapa(tk_smem_addr(Q), (r + 3) % 4)" in text
-    init, start = text.index("tk_mbar_expect_bytes"), text.index("tk_cluster_sync_relaxed();")
+    init, start = text.index("tk_mbar_init(&tk_recv)"), text.index("tk_cluster_sync_relaxed();")
     wait = text.index("tk_mbar_wait(&tk_recv);")
     assert init < start < text.index("tk_st_async") and text.rindex("tk_st_async") < wait < text.index("&P[")
     signal = plan_signal(launch_of(module), [4, 1, 1], module.env, lambda v, w: 16)
@@ -128,7 +128,7 @@ def test_examples(stem, signalled):
     signal = plan_signal(launch_of(module), [2, 1, 1], module.env, lambda v, w: 16)
     assert (signal is not None) == signalled and ("tk_st_async<16>" in src) == signalled
     if signalled:
-        assert signal.nbytes == 16384 and "tk_mbar_expect_bytes(&tk_recv, 16384);" in src
+        assert signal.nbytes == 16384 and "tk_mbar_arrive_expect(&tk_recv, 16384);" in src
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
