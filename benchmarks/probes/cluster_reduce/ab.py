@@ -22,10 +22,14 @@ kernels = {}
 for path in sorted(glob.glob(os.path.join(folder, "[xy]*.cu"))):
     name = os.path.basename(path)[:-3]
     k = CudaLaunch(path, open(path).read())
-    for X, Y in sets:
+    wrong = 0
+    for X, Y in sets * 3:
         Y.fill_(float("nan")); k(X, Y); torch.cuda.synchronize()
         ref = (X.float() + X.view(-1, 2, N).flip(1).reshape(B, N).float()).half()
-        assert torch.equal(Y, ref), f"{name}: wrong result"
+        wrong += not torch.equal(Y, ref)
+    if wrong:  # reported, not timed
+        print(f"{name}: WRONG in {wrong} of {len(sets) * 3} runs")
+        continue
     kernels[name] = k
 kernels["torch_copy"] = lambda X, Y: Y.copy_(X)
 
