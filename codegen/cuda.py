@@ -100,6 +100,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         self.threads = 128
         self.in_flight: dict[int, Value] = {}  # shared tiles a top-level cp.async copy has not been waited for
         self.signal: Signal | None = None  # pushed stores signalled through an mbarrier (cuda_signal.py)
+        self.recv = ""  # with a signal: the C name of that mbarrier
+        self.recv_tiles = ""  # and of the tiles whose stores it counts
         self.remote: set[int] = set()  # shared tiles another block of the cluster reads or writes (DSMEM):
         # never copied into by cp.async, so a copy in flight at a cluster barrier is the block's own
 
@@ -284,9 +286,9 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                           f"warps {gp.wm} x {gp.wn}, {gp.fm} x {gp.fn} blocks of 16x16 each")
         if self.signal is not None:
             self.recv = self._unique("tk_recv")
-            tiles = ", ".join(sorted({self.name(s.operands[1]) for s in self.signal.stores}))
+            self.recv_tiles = ", ".join(sorted({self.name(s.operands[1]) for s in self.signal.stores}))
             self.line(1, f"__shared__ __align__(8) unsigned long long {self.recv};  // mbarrier: the "
-                      f"{self.signal.nbytes} bytes peers store into {tiles} (st.async) have landed")
+                      f"{self.signal.nbytes} bytes peers store into {self.recv_tiles} (st.async) have landed")
             self.line(1, f"if (tid == 0) tk_mbar_init(&{self.recv});")
             self.line(1, "__syncwarp();")
             self.line(1, f"if (tid == 0) tk_mbar_arrive_expect(&{self.recv}, {self.signal.nbytes});")
@@ -309,9 +311,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                 self.line(d, "tk_cluster_sync_relaxed();")
                 continue
             if self.signal is not None and op is self.signal.barrier:  # not a barrier of the block's threads
-                tiles = ", ".join(sorted({self.name(s.operands[1]) for s in self.signal.stores}))
                 self.line(d, f"// {self.describe(op)}: as an mbarrier wait ({_loc(op)})")
-                self.line(d, f"tk_mbar_wait(&{self.recv});  // the peers' stores into {tiles} have landed")
+                self.line(d, f"tk_mbar_wait(&{self.recv});  // the peers' stores into {self.recv_tiles} have landed")
                 continue
             if op.name == "tile.cluster_barrier":  # also a barrier of the block's own threads
                 self.line(d, f"// {self.describe(op)} ({_loc(op)})")

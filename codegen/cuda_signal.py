@@ -30,6 +30,7 @@ carry their data in registers, so no barrier is needed at exit.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 from dsl import exprs
@@ -94,8 +95,8 @@ def plan_signal(launch: Op, cluster: list[int], env: dict[str, int], word) -> Si
 def _one_to_one(texts: list[str], ranks: list[str], cluster: list[int], env: dict[str, int]) -> bool:
     """Whether the peer rank `texts` (one expression per cluster dim) maps the cluster's ranks
     one to one, with nothing but the ranks and the module's constants in it."""
-    seen = set()
     sizes = cluster[:len(ranks)]
+    seen = set()
     for own in itertools.product(*(range(c) for c in sizes)):
         scope = {**env, **dict(zip(ranks, own))}
         try:
@@ -105,4 +106,4 @@ def _one_to_one(texts: list[str], ranks: list[str], cluster: list[int], env: dic
         if any(not 0 <= p < c for p, c in zip(peer, sizes)):
             return False
         seen.add(peer)
-    return len(seen) == len(list(itertools.product(*(range(c) for c in sizes))))
+    return len(seen) == math.prod(sizes)
