@@ -4,7 +4,9 @@ Runs a module at any level (before or after any pass): blocks of the grid run on
 tiles are numpy arrays in their dtype (f16 rounding is real; bf16 is rounded to nearest-even and
 held in f32). Arithmetic is f32 (f64 for f64 tiles) and rounds to the output dtype, like the GPU
 backends; gemm accumulates in the accumulator's dtype. Reads outside a global tensor give 0,
-writes outside it are dropped. Fresh tiles and outputs start as NaN (ints: a poison pattern) so
+writes outside it are dropped; once `tile` has marked an access's dims (`checked`), an access
+that reaches outside the tensor in a dim marked false is an error (ProgramError): backends guard
+only the marked dims, so a wrong mark would read or write out of bounds on the GPU. Fresh tiles and outputs start as NaN (ints: a poison pattern) so
 that unwritten elements show up in comparisons.
 """
 
@@ -261,12 +263,26 @@ class _Block:
         src, dst = op.operands
         if src.type.space == "global":
             shape = dst.type.concrete_shape(self.scope)
-            data = self._read(src, [self.val(o) for o in op.attrs["src_offsets"]], shape)
-            self.arrays[id(dst)][...] = round_to(data, dst.type.dtype)
+            offsets = [self.val(o) for o in op.attrs["src_offsets"]]
+            self._check_bounds(op, src, offsets, shape)
+            self.arrays[id(dst)][...] = round_to(self._read(src, offsets, shape), dst.type.dtype)
         elif dst.type.space == "global":
-            self._write(dst, [self.val(o) for o in op.attrs["dst_offsets"]], self.arrays[id(src)])
+            offsets = [self.val(o) for o in op.attrs["dst_offsets"]]
+            self._check_bounds(op, dst, offsets, self.arrays[id(src)].shape)
+            self._write(dst, offsets, self.arrays[id(src)])
         else:
             self.arrays[id(dst)][...] = round_to(self.arrays[id(src)], dst.type.dtype)
+
+    def _check_bounds(self, op: Op, tensor: Value, offsets, shape) -> None:
+        """After `tile`, an access may leave the tensor only in the dims it marked `checked`."""
+        checked = op.attrs.get("checked")
+        if checked is None:
+            return
+        full = self.arrays[id(tensor)].shape
+        for k, (off, n, size, chk) in enumerate(zip(offsets, shape, full, checked)):
+            if not chk and (off < 0 or off + n > size):
+                raise ProgramError(op.loc, f"`{tensor.name}` dim {k}: the tile [{off}, {off + n}) reaches outside "
+                                   f"[0, {size}) but `tile` marked the dim unchecked (backends do not guard it)")
 
     def _window(self, tensor: Value, offsets, shape):
         """Per-dim (tile slice, tensor slice) of the in-bounds part, or None if empty."""

@@ -13,6 +13,7 @@ import tempfile
 import traceback
 
 from dsl.diagnostics import Loc, TkError, error
+from tkc.oracle import DISTRIBUTIONS
 
 TARGETS = ("tilelang", "tilelang-cpu", "tir", "cuda")
 
@@ -55,7 +56,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="NAME=VALUE")
     r.add_argument("--check", action="store_true", help="compare with the reference; exit 1 on mismatch")
     r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--rtol", type=float, default=1e-2, help="max relative error for --check (default 1e-2)")
+    r.add_argument("--rtol", type=float, default=None,
+                   help="max relative error for --check (default: derived from the kernel's dtypes and reduction length)")
+    r.add_argument("--inputs", default="normal", choices=DISTRIBUTIONS,
+                   help="input distribution (default normal): negative, offset (positive, no cancellation), "
+                        "wide (wide dynamic range), ints (small integers: f32 results exact)")
 
     o = sub.add_parser("opt", help="run a pass pipeline and print the IR")
     o.add_argument("file", help=".tk source or .tkir IR")
@@ -139,7 +144,7 @@ def cmd_run(args) -> int:
     from tkc import check
 
     return check.run_file(args.file, args.target, dict(args.defines), args.seed, args.check, args.rtol,
-                          _cache(args))
+                          _cache(args), args.inputs)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,224 @@
+"""The test oracle: inputs that expose bugs, torch in float64 on them, and an honest tolerance.
+
+Every numeric check in tkc (`tkc run --check`, the CPU suite, the GPU tiers) compares a kernel's
+outputs with its `reference` expression evaluated by torch in float64 on the *same* input
+tensors (the inputs as the kernel sees them, i.e. already rounded to their dtypes). The reference
+states the math only: it never copies a rounding that the kernel does internally (no
+`.half().float()` of an intermediate); only the outputs' dtypes round, and those roundings, the
+accumulation in f32 and the kernel's own narrower intermediates are what the tolerance allows.
+
+Error measure (`rel_error`): max |out - ref| / max |ref| over an output, in float64; NaN (never
+passes) when the output has a NaN or Inf or the shapes differ.
+
+Tolerance (`error_budget(module).tol`), with u(d) the unit roundoff of dtype d (f16 2^-11,
+bf16 2^-8, f32 2^-24, f64 2^-53; integers 0):
+
+    tol = u(out) + C_MID * sum over narrowing roundings r of u(dtype of r)
+                 + C_ACC * n * u(f32)
+                 + C_FN * u(f32)
+
+* u(out): the output's own rounding (at most u |ref| per element).
+* narrowing roundings: every op that writes a floating tile narrower than f32 computed from
+  wider data (`cast(S, f16)`, f16 elementwise results, f16 gemm accumulators); each is a
+  relative error u per element, which a later reduction can amplify by the ratio of the sum of
+  magnitudes to the magnitude of the sum (C_MID = 4 bounds that for the tested programs on every
+  input distribution here; `tests/test_oracle.py` measures the margin).
+* n: the total reduction length, summed over every accumulation in the kernel: a gemm's K
+  times the trip counts of the loops it accumulates over, a `sum` reduction's extent, a `+=`
+  inside loops (the trip counts). An f32 sum of n terms has a relative error of at most n u
+  in the worst case, about sqrt(n) u typically (Higham, Accuracy and Stability of Numerical
+  Algorithms, ch. 4; Higham & Mary 2019 for the probabilistic bound); C_ACC = 4 with n, not
+  sqrt(n), leaves room for the cancellation of sign-mixed data. An f16 accumulator where f32
+  is promised errs by about sqrt(n) u(f16) = sqrt(n) 8192 u(f32): 2000x more at n = 64.
+* C_FN u(f32): elementwise math in f32 (exp, sqrt, division), a few ulps each.
+
+Input distributions (`DISTRIBUTIONS`): `normal` (standard normal), `negative` (every element
+below -0.25), `offset` (positive around 4 with spread 1: sums do not cancel), `wide` (normal times
+2^U(-6, 6): a wide dynamic range), `ints` (nonzero integers in [-4, 4]: products and f32 sums of
+them are exact, so any error shows). Floats are scaled down by powers of two (exact) until the
+reference fits the output dtype with room. Integer tensors are always small integers. Zeros
+never occur unless a test asks for them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from dsl import exprs
+from dsl.ir import Module, Op
+
+DISTRIBUTIONS = ("normal", "negative", "offset", "wide", "ints")
+
+UNIT_ROUNDOFF = {"f16": 2.0 ** -11, "bf16": 2.0 ** -8, "f32": 2.0 ** -24, "f64": 2.0 ** -53, "i8": 0.0, "i32": 0.0}
+MAX_FINITE = {"f16": 65504.0, "bf16": 3.0e38, "f32": 3.0e38, "f64": 1.0e300, "i8": 127.0, "i32": 2.0 ** 31 - 1}
+C_MID, C_ACC, C_FN = 4.0, 4.0, 64.0
+_NARROW = ("f16", "bf16")
+
+
+@dataclass
+class ErrorBudget:
+    """The terms of a kernel's tolerance (see the module docstring); `tol(out_dtype)` adds them."""
+
+    n: int = 0  # total reduction length (elements summed, over all accumulations)
+    mids: list[str] = field(default_factory=list)  # dtypes of the narrowing intermediate roundings
+
+    def tol(self, out_dtype: str) -> float:
+        if out_dtype in ("i8", "i32"):
+            return 0.0
+        u32 = UNIT_ROUNDOFF["f32"]
+        return (UNIT_ROUNDOFF[out_dtype] + C_MID * sum(UNIT_ROUNDOFF[d] for d in self.mids)
+                + C_ACC * self.n * u32 + C_FN * u32)
+
+
+def error_budget(module: Module) -> ErrorBudget:
+    """Walk the kernel's IR (lowered, at its bound dims and constants) for its reduction length
+    and narrowing roundings."""
+    budget = ErrorBudget()
+    env = dict(module.env)
+    depth: dict[int, int] = {id(a): 0 for a in module.func.body.args}
+    for op in module.func.body.ops:
+        if op.name == "tile.launch":
+            _walk(op.body.ops, env, [], depth, budget)
+    return budget
+
+
+def _trips(op: Op, env: dict[str, int]) -> int:
+    try:
+        lo = exprs.evaluate(exprs.parse(op.attrs["lo"]), env)
+        hi = exprs.evaluate(exprs.parse(op.attrs["hi"]), env)
+    except Exception:  # bounds on an outer loop's index: count the widest case
+        return 1
+    return max(hi - lo, 1)
+
+
+def _walk(ops: list[Op], env: dict[str, int], loops: list[int], depth: dict[int, int], budget: ErrorBudget) -> None:
+    scope = {**env}
+    for op in ops:
+        for r in op.results:
+            depth[id(r)] = len(loops)
+        if op.name == "tile.for":
+            _walk(op.body.ops, {**scope, op.attrs["var"]: 0}, loops + [_trips(op, scope)], depth, budget)
+            continue
+
+        def over(v) -> int:  # trip counts of the loops between `v`'s definition and `op`
+            return math.prod(loops[depth.get(id(v), 0):])
+
+        out = op.operands[-1] if op.operands else None
+        if op.name == "tile.gemm":
+            a, _, acc = op.operands
+            budget.n += exprs.evaluate(a.type.shape[1], env) * over(acc)
+        elif op.name == "tile.reduce" and op.attrs.get("fn") == "sum":
+            src, dst = op.operands
+            extent = exprs.evaluate(src.type.shape[op.attrs.get("axis", 0)], env)
+            budget.n += extent * (over(dst) if op.attrs.get("accumulate") else 1)
+        elif (op.name == "tile.elementwise" and op.attrs.get("fn") in ("add", "sub")
+              and len(op.operands) == 3 and op.operands[0] is out):
+            budget.n += over(out)
+        if out is None or out.type.space == "global" or out.type.dtype not in _NARROW:
+            continue
+        ins = op.operands[:-1]
+        if op.name in ("tile.gemm", "tile.elementwise", "tile.reduce") or any(
+                v.type.dtype not in _NARROW and v.type.dtype not in ("i8", "i32") for v in ins):
+            budget.mids.append(out.type.dtype)
+
+
+def tolerance(module: Module, out_dtype: str) -> float:
+    """The tolerance of one output of dtype `out_dtype` of `module` (see the module docstring)."""
+    return error_budget(module).tol(out_dtype)
+
+
+def _float_tensor(shape, dist: str, gen, dtype):
+    import torch
+
+    if dist == "normal":
+        t = torch.randn(shape, generator=gen, dtype=torch.float64)
+    elif dist == "negative":
+        t = -(torch.randn(shape, generator=gen, dtype=torch.float64).abs() + 0.25)
+    elif dist == "offset":
+        t = 4.0 + torch.rand(shape, generator=gen, dtype=torch.float64)
+    elif dist == "wide":
+        t = torch.randn(shape, generator=gen, dtype=torch.float64)
+        t = t * torch.exp2(torch.randint(-6, 7, shape, generator=gen).to(torch.float64))
+    elif dist == "ints":
+        t = torch.randint(1, 5, shape, generator=gen).to(torch.float64)
+        t = t * (torch.randint(0, 2, shape, generator=gen) * 2 - 1)
+    else:
+        raise ValueError(f"unknown input distribution `{dist}`; one of {', '.join(DISTRIBUTIONS)}")
+    return t.to(dtype)
+
+
+def random_inputs(module: Module, seed: int, device: str, dist: str = "normal"):
+    """Seeded random tensors for every input of `module`, drawn from `dist` (one of
+    DISTRIBUTIONS); small integers for integer tensors. Float inputs are then halved (exactly)
+    until the float64 reference stays under 1/8 of each output dtype's largest finite value,
+    so no output overflows (at most 40 halvings; `ints` are never scaled)."""
+    import torch
+
+    from tkc.runtime import TORCH_DTYPES
+
+    gen = torch.Generator().manual_seed(seed)
+    env = module.env
+    outs = set(module.func.attrs["outputs"])
+    tensors = []
+    for i, a in enumerate(module.func.body.args):
+        if i in outs:
+            continue
+        shape = a.type.concrete_shape(env)
+        dtype = getattr(torch, TORCH_DTYPES[a.type.dtype])
+        if a.type.dtype in ("i8", "i32"):
+            t = torch.randint(-8, 8, shape, generator=gen, dtype=dtype)
+        else:
+            t = _float_tensor(shape, dist, gen, dtype)
+        tensors.append(t)
+    if dist != "ints" and module.func.attrs.get("reference"):
+        limits = [MAX_FINITE[module.func.body.args[i].type.dtype] / 8 for i in sorted(outs)]
+        for _ in range(40):
+            refs = reference(module, tensors)
+            if all(r.abs().max().item() <= lim for r, lim in zip(refs, limits)):
+                break
+            tensors = [t * 0.5 if t.is_floating_point() else t for t in tensors]
+    return [t.to(device) for t in tensors]
+
+
+def reference(module: Module, inputs):
+    """The kernel's `reference` expression evaluated by torch in float64 on `inputs` (cast to
+    float64 on their own device); a list of float64 tensors. Raises TkError (located at the
+    kernel) when the kernel has none or the expression fails."""
+    import torch
+    import torch.nn.functional as F
+
+    from dsl.diagnostics import error
+
+    func = module.func
+    text = func.attrs.get("reference", "")
+    if not text:
+        raise error(func.loc, f"kernel `{func.attrs.get('sym_name')}` has no `reference`",
+                    'add `reference "<torch expression>"` after the signature to use --check')
+    names = [a.name for i, a in enumerate(func.body.args) if i not in set(func.attrs["outputs"])]
+    scope = {"torch": torch, "F": F, **module.env, **{n: t.double() for n, t in zip(names, inputs)}}
+    try:
+        result = eval(text, scope)  # the kernel author's own expression, like a script (one scope: lambdas see it)
+    except Exception as exc:
+        raise error(func.loc, f"the reference expression failed: {type(exc).__name__}: {exc}",
+                    f"reference: {text}") from None
+    return [r.double() for r in (result if isinstance(result, (tuple, list)) else [result])]
+
+
+def rel_error(out, ref) -> float:
+    """max |out - ref| / max |ref| in float64 (NaN when `out` has a NaN or Inf, or the shapes
+    differ; 0/0 counts as 0 and x/0 as Inf)."""
+    import torch
+
+    out, ref = out.double().cpu(), ref.double().cpu()
+    if out.shape != ref.shape or not torch.isfinite(out).all():
+        return float("nan")
+    err = (out - ref).abs().max().item() if out.numel() else 0.0
+    scale = ref.abs().max().item() if ref.numel() else 0.0
+    if scale == 0.0:
+        return 0.0 if err == 0.0 else float("inf")
+    return err / scale
+
+
+def output_dtypes(module: Module) -> list[str]:
+    return [module.func.body.args[i].type.dtype for i in module.func.attrs["outputs"]]
