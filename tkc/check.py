@@ -14,7 +14,7 @@ import sys
 from dsl.diagnostics import error
 from tkc import driver
 from tkc.cache import Cache
-from tkc.oracle import error_budget, output_dtypes, random_inputs, reference, rel_error  # noqa: F401 (re-exported)
+from tkc.oracle import error_budgets, outputs, random_inputs, reference, rel_error  # noqa: F401 (re-exported)
 from tkc.runtime import Kernel
 
 
@@ -29,23 +29,22 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
     device = "cuda" if target in ("tilelang", "cuda") else "cpu"
     inputs = random_inputs(module, seed, device, dist)
     kernel = Kernel(path, target, defines, cache)
-    outputs = kernel(*inputs)
-    outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+    results = kernel(*inputs)
+    results = list(results) if isinstance(results, tuple) else [results]
     shapes = ", ".join(f"{n}={v}" for n, v in sorted(module.env.items()))
     print(f"{module.func.attrs['sym_name']}: ran on {target} ({device}) with {shapes}")
     if not check:
         return 0
     refs = reference(module, inputs)
     ok = True
-    names = [module.func.body.args[i].name for i in module.func.attrs["outputs"]]
-    budget = error_budget(module)
-    for name, dtype, out, ref in zip(names, output_dtypes(module), outputs, refs):
+    budgets = error_budgets(module)
+    for (name, dtype), out, ref in zip(outputs(module), results, refs):
         err = rel_error(out, ref)
-        tol = budget.tol(dtype) if rtol is None else rtol
+        tol = budgets[name].tol(dtype) if rtol is None else rtol
         passed = err <= tol
         ok &= passed
         print(f"{name}: max relative error {err:.3e} (tolerance {tol:.3g}): {'ok' if passed else 'MISMATCH'}")
-    if len(refs) != len(outputs):
-        print(f"reference gives {len(refs)} results for {len(outputs)} outputs: MISMATCH", file=sys.stderr)
+    if len(refs) != len(results):
+        print(f"reference gives {len(refs)} results for {len(results)} outputs: MISMATCH", file=sys.stderr)
         ok = False
     return 0 if ok else 1

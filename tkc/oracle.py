@@ -10,7 +10,7 @@ accumulation in f32 and the kernel's own narrower intermediates are what the tol
 Error measure (`rel_error`): max |out - ref| / max |ref| over an output, in float64; NaN (never
 passes) when the output has a NaN or Inf or the shapes differ.
 
-Tolerance (`error_budget(module).tol`), with u(d) the unit roundoff of dtype d (f16 2^-11,
+Tolerance (`tolerance(module, output)`, from `error_budgets(module)[output].tol(dtype)`), with u(d) the unit roundoff of dtype d (f16 2^-11,
 bf16 2^-8, f32 2^-24, f64 2^-53; integers 0):
 
     tol = u(out) + C_MID * sum over narrowing roundings r of u(dtype of r)
@@ -58,7 +58,7 @@ _NARROW = ("f16", "bf16")
 
 @dataclass
 class ErrorBudget:
-    """The terms of a kernel's tolerance (see the module docstring); `tol(out_dtype)` adds them."""
+    """The terms of one output's tolerance (see the module docstring); `tol(out_dtype)` adds them."""
 
     n: int = 0  # total reduction length (elements summed, over all accumulations)
     mids: list[str] = field(default_factory=list)  # dtypes of the narrowing intermediate roundings
@@ -71,16 +71,51 @@ class ErrorBudget:
                 + C_ACC * self.n * u32 + C_FN * u32)
 
 
-def error_budget(module: Module) -> ErrorBudget:
-    """Walk the kernel's IR (lowered, at its bound dims and constants) for its reduction length
-    and narrowing roundings."""
-    budget = ErrorBudget()
-    env = dict(module.env)
+def error_budgets(module: Module) -> dict[str, ErrorBudget]:
+    """Per output name, the budget of the ops that feed it: the kernel's IR (lowered, at its
+    bound dims and constants) is walked for each op's reduction length and narrowing rounding,
+    then each output's cone (the ops its stores depend on) adds them up. A narrowing whose
+    result only goes to outputs of its own dtype is that output's rounding, not a second one."""
+    records: list[tuple[Op, int, str | None]] = []
     depth: dict[int, int] = {id(a): 0 for a in module.func.body.args}
     for op in module.func.body.ops:
         if op.name == "tile.launch":
-            _walk(op.body.ops, env, [], depth, budget)
-    return budget
+            _walk(op.body.ops, dict(module.env), [], depth, records)
+    writers: dict[int, list[int]] = {}
+    consumers: dict[int, list[Op]] = {}
+    for i, (op, _, _) in enumerate(records):
+        if op.operands:
+            writers.setdefault(id(op.operands[-1]), []).append(i)
+        for r in op.results:
+            writers.setdefault(id(r), []).append(i)
+        for v in _inputs(op):
+            consumers.setdefault(id(v), []).append(op)
+    out: dict[str, ErrorBudget] = {}
+    args = module.func.body.args
+    for k in module.func.attrs["outputs"]:
+        budget, seen, todo = ErrorBudget(), set(), list(writers.get(id(args[k]), []))
+        while todo:
+            i = todo.pop()
+            if i in seen:
+                continue
+            seen.add(i)
+            op, n, mid = records[i]
+            budget.n += n
+            if mid is not None and not all(
+                    c.name == "tile.copy" and c.operands[-1].type.space == "global"
+                    and c.operands[-1].type.dtype == mid for c in consumers.get(id(op.operands[-1]), [])):
+                budget.mids.append(mid)
+            for v in _inputs(op):
+                todo.extend(writers.get(id(v), []))
+        out[args[k].name] = budget
+    return out
+
+
+def _inputs(op: Op) -> list:
+    """The values `op` reads (a gemm and an accumulating reduce also read their destination)."""
+    if op.name in ("tile.gemm",) or op.attrs.get("accumulate"):
+        return list(op.operands)
+    return list(op.operands[:-1])
 
 
 def _trips(op: Op, env: dict[str, int]) -> int:
@@ -92,40 +127,44 @@ def _trips(op: Op, env: dict[str, int]) -> int:
     return max(hi - lo, 1)
 
 
-def _walk(ops: list[Op], env: dict[str, int], loops: list[int], depth: dict[int, int], budget: ErrorBudget) -> None:
-    scope = {**env}
+def _walk(ops: list[Op], env: dict[str, int], loops: list[int], depth: dict[int, int],
+          records: list[tuple[Op, int, str | None]]) -> None:
+    """Append (op, reduction length it adds, dtype of the narrowing rounding it does or None)."""
     for op in ops:
         for r in op.results:
             depth[id(r)] = len(loops)
         if op.name == "tile.for":
-            _walk(op.body.ops, {**scope, op.attrs["var"]: 0}, loops + [_trips(op, scope)], depth, budget)
+            _walk(op.body.ops, {**env, op.attrs["var"]: 0}, loops + [_trips(op, env)], depth, records)
             continue
 
         def over(v) -> int:  # trip counts of the loops between `v`'s definition and `op`
             return math.prod(loops[depth.get(id(v), 0):])
 
         out = op.operands[-1] if op.operands else None
+        n = 0
         if op.name == "tile.gemm":
             a, _, acc = op.operands
-            budget.n += exprs.evaluate(a.type.shape[1], env) * over(acc)
+            n = exprs.evaluate(a.type.shape[1], env) * over(acc)
         elif op.name == "tile.reduce" and op.attrs.get("fn") == "sum":
             src, dst = op.operands
-            extent = exprs.evaluate(src.type.shape[op.attrs.get("axis", 0)], env)
-            budget.n += extent * (over(dst) if op.attrs.get("accumulate") else 1)
+            n = exprs.evaluate(src.type.shape[op.attrs.get("axis", 0)], env) * (
+                over(dst) if op.attrs.get("accumulate") else 1)
         elif (op.name == "tile.elementwise" and op.attrs.get("fn") in ("add", "sub")
               and len(op.operands) == 3 and op.operands[0] is out):
-            budget.n += over(out)
-        if out is None or out.type.space == "global" or out.type.dtype not in _NARROW:
-            continue
-        ins = op.operands[:-1]
-        if op.name in ("tile.gemm", "tile.elementwise", "tile.reduce") or any(
-                v.type.dtype not in _NARROW and v.type.dtype not in ("i8", "i32") for v in ins):
-            budget.mids.append(out.type.dtype)
+            n = over(out)
+        mid = None
+        if out is not None and out.type.space != "global" and out.type.dtype in _NARROW:
+            if op.name in ("tile.gemm", "tile.elementwise", "tile.reduce") or any(
+                    v.type.dtype not in _NARROW and v.type.dtype not in ("i8", "i32") for v in op.operands[:-1]):
+                mid = out.type.dtype
+        records.append((op, n, mid))
 
 
-def tolerance(module: Module, out_dtype: str) -> float:
-    """The tolerance of one output of dtype `out_dtype` of `module` (see the module docstring)."""
-    return error_budget(module).tol(out_dtype)
+def tolerance(module: Module, output: str) -> float:
+    """The tolerance of output `output` of `module` (see the module docstring)."""
+    dtype = next(module.func.body.args[i].type.dtype for i in module.func.attrs["outputs"]
+                 if module.func.body.args[i].name == output)
+    return error_budgets(module)[output].tol(dtype)
 
 
 def _float_tensor(shape, dist: str, gen, dtype):
@@ -220,5 +259,6 @@ def rel_error(out, ref) -> float:
     return err / scale
 
 
-def output_dtypes(module: Module) -> list[str]:
-    return [module.func.body.args[i].type.dtype for i in module.func.attrs["outputs"]]
+def outputs(module: Module) -> list[tuple[str, str]]:
+    """(name, dtype) of every output of `module`, in order."""
+    return [(module.func.body.args[i].name, module.func.body.args[i].type.dtype) for i in module.func.attrs["outputs"]]

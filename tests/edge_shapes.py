@@ -1,0 +1,113 @@
+"""Shapes at every tile edge, for every example and test program (issue 9, item 3).
+
+`SPECS` names, per `.tk` file, small base dims and schedule constants (small enough for the
+interpreter, large enough for several blocks), the tile that cuts each dim (a schedule constant, a
+dim, or a number such as a vector width or the cluster's half), and dims that must stay a multiple
+of something (`requires K % R == 0`). `edge_cases(path)` varies one tiled dim at a time over
+k*tile - 1, k*tile, k*tile + 1 (k = 2; k = 1 for a dim the kernel covers with one tile) and
+below one tile, and adds one case where every tiled dim
+is partial at once, and other stage counts at the base dims. The CPU suite (tests/test_edges.py) and the GPU quick tier
+(tests/gpu/test_gpu_quick.py) run them all.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass(frozen=True)
+class Spec:
+    base: dict[str, int]  # dims
+    consts: dict[str, int] = field(default_factory=dict)  # schedule constants (tile sizes, stages)
+    tiles: dict[str, str | int] = field(default_factory=dict)  # dim -> the tile that cuts it
+    multiple_of: dict[str, str] = field(default_factory=dict)  # dim -> dim it must be a multiple of
+    at_most_one_tile: tuple[str, ...] = ()  # dims the kernel covers with a single tile
+    even: tuple[str, ...] = ()  # dims that must stay even (2-block clusters)
+    # input distributions the kernel's math is defined on (tkc/oracle.py DISTRIBUTIONS)
+    dists: tuple[str, ...] = ("normal", "negative", "offset", "wide", "ints")
+
+
+_MISS = {"M": "BM", "N": "BN"}
+SPECS: dict[str, Spec] = {
+    "examples/miss.tk": Spec({"M": 40, "N": 72, "K": 100, "R": 16}, {"BM": 16, "BN": 32, "stages": 3},
+                             {**_MISS, "K": "R"}),
+    "examples/miss_v3.tk": Spec({"M": 40, "N": 72, "K": 48, "R": 16}, {"BM": 16, "BN": 32, "stages": 3},
+                                _MISS, multiple_of={"K": "R"}),
+    "examples/miss_mtile.tk": Spec({"M": 40, "N": 40, "K": 48, "R": 16}, {"BM": 16, "stages": 2},
+                                   {"M": "BM", "N": 16}, multiple_of={"K": "R"}),
+    "examples/miss_row.tk": Spec({"M": 5, "N": 40, "K": 48, "R": 16}, {"stages": 2},
+                                 {"N": 16}, multiple_of={"K": "R"}),
+    "examples/cluster_reduce_dsmem.tk": Spec({"B": 4, "N": 72}, {}, {"B": 2, "N": 16}, even=("B",)),
+    "examples/cluster_reduce_dsmem_pull.tk": Spec({"B": 4, "N": 72}, {}, {"B": 2, "N": 16}, even=("B",)),
+    "examples/cluster_reduce_hbm.tk": Spec({"B": 4, "N": 72}, {}, {"B": 2, "N": 16}, even=("B",)),
+    "tests/programs/async_copy.tk": Spec({"M": 40, "N": 72}, {"BM": 16}, {"M": "BM", "N": 16}),
+    "tests/programs/elementwise.tk": Spec({"M": 40, "N": 64}, {"BM": 16, "BN": 64}, {"M": "BM", "N": "BN"},
+                                          at_most_one_tile=("N",),
+                                          # exp of an f16 tile overflows past 11.1: `wide` reaches 190
+                                          dists=("normal", "negative", "offset", "ints")),
+    "tests/programs/reduce.tk": Spec({"M": 40, "N": 40}, {"BM": 16}, {"M": "BM", "N": 16}),
+    "tests/programs/gemm_loop.tk": Spec({"M": 72, "N": 40, "K": 100}, {"BM": 32, "BN": 32, "BK": 16, "stages": 3},
+                                        {"M": "BM", "N": "BN", "K": "BK"}),
+}
+
+
+def _tile(spec: Spec, tile: str | int, dims: dict[str, int]) -> int:
+    if isinstance(tile, int):
+        return tile
+    return spec.consts.get(tile, dims.get(tile, spec.base.get(tile, 0)))
+
+
+def _fix(spec: Spec, dims: dict[str, int]) -> dict[str, int] | None:
+    """`dims` made valid for the kernel's requirements (None if it cannot be)."""
+    out = dict(dims)
+    for d, m in spec.multiple_of.items():
+        out[d] = max(out[m], out[d] // out[m] * out[m])
+    for d in spec.even:
+        out[d] += out[d] % 2
+    for d in spec.at_most_one_tile:
+        if out[d] > _tile(spec, spec.tiles[d], out):
+            return None
+    return out if all(v > 0 for v in out.values()) else None
+
+
+def edge_cases(path: str) -> list[tuple[str, dict[str, int]]]:
+    """(case id, dims and constants) at every tile edge of `path` (relative to the repo root)."""
+    spec = SPECS[path]
+    cases: dict[str, dict[str, int]] = {}
+    for dim, tile in spec.tiles.items():
+        t = _tile(spec, tile, spec.base)
+        k = 1 if dim in spec.at_most_one_tile else 2
+        for value in (max(1, t // 2), k * t - 1, k * t, k * t + 1):
+            dims = _fix(spec, {**spec.base, dim: value})
+            if dims is not None:
+                cases.setdefault(f"{dim}={dims[dim]}", {**dims, **spec.consts})
+    for stages in (1, 2, 4):  # stage counts against the trip counts above
+        if "stages" in spec.consts and stages != spec.consts["stages"]:
+            cases[f"stages={stages}"] = {**spec.base, **spec.consts, "stages": stages}
+    partial = {**spec.base}
+    for dim, tile in spec.tiles.items():
+        t = _tile(spec, tile, spec.base)
+        partial[dim] = t - 1 if dim in spec.at_most_one_tile else 2 * t + 1
+    dims = _fix(spec, partial)
+    if dims is not None:
+        cases.setdefault("all-partial:" + ",".join(f"{d}={dims[d]}" for d in spec.tiles), {**dims, **spec.consts})
+    return sorted(cases.items())
+
+
+def dists(path: str) -> tuple[str, ...]:
+    return SPECS[path].dists
+
+
+def all_cases() -> list[tuple[str, str, dict[str, int]]]:
+    """(path, case id, dims and constants) for every file in SPECS."""
+    return [(path, case, values) for path in sorted(SPECS) for case, values in edge_cases(path)]
+
+
+def files_without_spec() -> list[str]:
+    """Examples and test programs that SPECS does not cover (a test asserts there are none)."""
+    found = [f"examples/{f}" for f in os.listdir(os.path.join(ROOT, "examples")) if f.endswith(".tk")]
+    found += [f"tests/programs/{f}" for f in os.listdir(os.path.join(ROOT, "tests", "programs")) if f.endswith(".tk")]
+    return sorted(set(found) - set(SPECS))
