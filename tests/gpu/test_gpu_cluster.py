@@ -21,7 +21,7 @@ from tkc.check import rel_error
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from test_cuda_signal import PUSH4  # noqa: E402  (four-block pushes through st.async)
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # the full tier; tests/gpu/test_gpu_quick.py is the quick one
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _KERNELS: dict[tuple, object] = {}

@@ -26,7 +26,7 @@ import test_gpu_miss as miss_gpu  # noqa: E402  (shapes, references and TileLang
 from dsl.interpreter import run  # noqa: E402
 from test_cuda import DTYPE_MIX  # noqa: E402  (at import time: its @given tests must not nest in ours)
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # the full tier; tests/gpu/test_gpu_quick.py is the quick one
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROGRAMS = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "tests", "programs")) if f.endswith(".tk"))

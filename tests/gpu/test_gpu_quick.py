@@ -1,0 +1,109 @@
+"""The GPU quick tier: every example and test program through both GPU backends (`tilelang`,
+`cuda`) at every tile edge of tests/edge_shapes.py, on every input distribution of tkc/oracle.py,
+against torch in float64 on the same inputs, within the tolerance derived from the kernel's dtypes
+and reduction length. The one allowed outcome besides a match is TileLang's located diagnostic
+for a register tile it cannot lay out over the block's threads (reported as xfail). Outputs are poisoned (NaN) before each launch, so an element the kernel
+never writes fails.
+
+All kernels are compiled first, in parallel worker processes that fill a shared cache (a
+TileLang or nvcc build takes seconds; serially the tier would not fit its 3 minutes). Run on the
+device machine: `python3 -m pytest -q -m "gpu and not slow" --hypothesis-profile=gpu tests/gpu`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import sys
+
+import pytest
+import torch
+
+import tkc
+from dsl.diagnostics import TkError
+from tkc import driver, oracle
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from edge_shapes import ROOT, all_cases, dists  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+TARGETS = ("tilelang", "cuda")
+CASES = [(t, p, c, v) for t in TARGETS for p, c, v in all_cases()]
+IDS = [f"{t}:{os.path.basename(p)}:{c}" for t, p, c, _ in CASES]
+
+
+def _consts(path: str, values: dict[str, int]) -> dict[str, int]:
+    module = driver.frontend(os.path.join(ROOT, path), values)
+    return {k: v for k, v in values.items() if k in module.func.attrs["consts"]}
+
+
+def _dims(path: str, values: dict[str, int]) -> dict[str, int]:
+    module = driver.frontend(os.path.join(ROOT, path), values)
+    return {k: v for k, v in values.items() if k in module.func.attrs["dims"]}
+
+
+def _build_one(target: str, path: str, values: dict[str, int], cache_dir: str) -> str:
+    """Worker: compile one case into the shared cache (errors are reported by the test itself)."""
+    try:
+        kernel = tkc.compile(os.path.join(ROOT, path), target=target, cache_dir=cache_dir, **_consts(path, values))
+        kernel.specialize(_dims(path, values))
+        return "ok"
+    except Exception as exc:  # noqa: BLE001 (the test compiles again and reports it properly)
+        return f"{type(exc).__name__}: {exc}"
+
+
+@pytest.fixture(scope="session")
+def cache_dir():
+    """One cache for the whole tier, filled by parallel workers before the first test."""
+    root = os.environ.get("TKC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tkc")
+    if torch.cuda.is_available():
+        ctx = multiprocessing.get_context("spawn")  # never fork a process that holds a CUDA context
+        workers = max(1, min(14, (os.cpu_count() or 2) - 2))
+        with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            list(pool.map(_build_one, *zip(*[(t, p, v, root) for t, p, _, v in CASES])))
+    return root
+
+
+@pytest.mark.parametrize("target, path, case, values", CASES, ids=IDS)
+def test_gpu_backend_at_tile_edges(target, path, case, values, cache_dir):
+    full = os.path.join(ROOT, path)
+    module = driver.frontend(full, values)
+    kernel = tkc.compile(full, target=target, cache_dir=cache_dir, **_consts(path, values))
+    try:
+        kernel.specialize(_dims(path, values))
+    except TkError as exc:
+        # The one rejection allowed: TileLang's GPU layouts need register tiles that divide over
+        # the threads, and the backend says so at the tile's location (any other error fails).
+        first = exc.render().splitlines()[0]
+        if target != "tilelang" or "cannot lay out register tile" not in first:
+            raise
+        pytest.xfail(f"{target} rejects {case}: {first}")
+    budgets = oracle.error_budgets(module)
+    for seed, dist in enumerate(dists(path)):
+        inputs = oracle.random_inputs(module, seed, "cuda", dist)
+        results = _launch_poisoned(kernel, inputs)
+        refs = oracle.reference(module, inputs)
+        assert len(refs) == len(results)
+        for (name, dtype), out, ref in zip(oracle.outputs(module), results, refs):
+            assert ref.abs().max().item() > 0, f"{name}: the reference is all zeros"
+            err, tol = oracle.rel_error(out, ref), budgets[name].tol(dtype)
+            assert err <= tol, f"{target} {case} {dist}: `{name}` relative error {err:.3e} > tolerance {tol:.3e}"
+
+
+def _launch_poisoned(kernel, inputs):
+    """Run `kernel`, with every output allocation pre-filled with NaN (ints: -1)."""
+    artifact, jit = kernel.specialize(kernel.bind_dims(inputs))
+    from tkc.runtime import TORCH_DTYPES
+
+    env = artifact.module.env
+    args = artifact.module.func.body.args
+    outs = []
+    for i in artifact.module.func.attrs["outputs"]:
+        dtype = getattr(torch, TORCH_DTYPES[args[i].type.dtype])
+        fill = float("nan") if dtype.is_floating_point else -1
+        outs.append(torch.full(args[i].type.concrete_shape(env), fill, dtype=dtype, device="cuda"))
+    jit(*[t.contiguous() for t in inputs], *outs)
+    torch.cuda.synchronize()
+    return outs
