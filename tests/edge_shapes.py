@@ -54,13 +54,13 @@ SPECS: dict[str, Spec] = {
 }
 
 
-def _tile(spec: Spec, tile: str | int, dims: dict[str, int]) -> int:
+def tile_of(spec: Spec, tile: str | int, dims: dict[str, int]) -> int:
     if isinstance(tile, int):
         return tile
     return spec.consts.get(tile, dims.get(tile, spec.base.get(tile, 0)))
 
 
-def _fix(spec: Spec, dims: dict[str, int]) -> dict[str, int] | None:
+def fix(spec: Spec, dims: dict[str, int]) -> dict[str, int] | None:
     """`dims` made valid for the kernel's requirements (None if it cannot be)."""
     out = dict(dims)
     for d, m in spec.multiple_of.items():
@@ -68,7 +68,7 @@ def _fix(spec: Spec, dims: dict[str, int]) -> dict[str, int] | None:
     for d in spec.even:
         out[d] += out[d] % 2
     for d in spec.at_most_one_tile:
-        if out[d] > _tile(spec, spec.tiles[d], out):
+        if out[d] > tile_of(spec, spec.tiles[d], out):
             return None
     return out if all(v > 0 for v in out.values()) else None
 
@@ -78,10 +78,10 @@ def edge_cases(path: str) -> list[tuple[str, dict[str, int]]]:
     spec = SPECS[path]
     cases: dict[str, dict[str, int]] = {}
     for dim, tile in spec.tiles.items():
-        t = _tile(spec, tile, spec.base)
+        t = tile_of(spec, tile, spec.base)
         k = 1 if dim in spec.at_most_one_tile else 2
         for value in (max(1, t // 2), k * t - 1, k * t, k * t + 1):
-            dims = _fix(spec, {**spec.base, dim: value})
+            dims = fix(spec, {**spec.base, dim: value})
             if dims is not None:
                 cases.setdefault(f"{dim}={dims[dim]}", {**dims, **spec.consts})
     for stages in (1, 2, 4):  # stage counts against the trip counts above
@@ -89,9 +89,9 @@ def edge_cases(path: str) -> list[tuple[str, dict[str, int]]]:
             cases[f"stages={stages}"] = {**spec.base, **spec.consts, "stages": stages}
     partial = {**spec.base}
     for dim, tile in spec.tiles.items():
-        t = _tile(spec, tile, spec.base)
+        t = tile_of(spec, tile, spec.base)
         partial[dim] = t - 1 if dim in spec.at_most_one_tile else 2 * t + 1
-    dims = _fix(spec, partial)
+    dims = fix(spec, partial)
     if dims is not None:
         cases.setdefault("all-partial:" + ",".join(f"{d}={dims[d]}" for d in spec.tiles), {**dims, **spec.consts})
     return sorted(cases.items())
