@@ -55,14 +55,18 @@ def _build_one(target: str, path: str, values: dict[str, int], cache_dir: str) -
 
 
 @pytest.fixture(scope="session")
-def cache_dir():
-    """One cache for the whole tier, filled by parallel workers before the first test."""
+def cache_dir(request):
+    """One cache for the whole tier, filled by parallel workers before the first test with the
+    kernels of the selected tests (`-k` selects fewer)."""
     root = os.environ.get("TKC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tkc")
-    if torch.cuda.is_available():
+    params = [item.callspec.params for item in request.session.items
+              if item.originalname == "test_gpu_backend_at_tile_edges" and hasattr(item, "callspec")]
+    jobs = [(p["target"], p["path"], p["values"], root) for p in params]
+    if torch.cuda.is_available() and jobs:
         ctx = multiprocessing.get_context("spawn")  # never fork a process that holds a CUDA context
-        workers = max(1, min(14, (os.cpu_count() or 2) - 2))
+        workers = max(1, min(14, (os.cpu_count() or 2) - 2, len(jobs)))
         with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            list(pool.map(_build_one, *zip(*[(t, p, v, root) for t, p, _, v in CASES])))
+            list(pool.map(_build_one, *zip(*jobs)))
     return root
 
 
