@@ -177,7 +177,7 @@ def _prewarm_one(path: str, target: str, cache_dir: str, dims: dict[str, int], c
         tkc.compile(path, target=target, cache_dir=cache_dir, **(consts or {})).specialize(dims)
         return "ok"
     except Exception as exc:  # reported properly by the main process, which compiles again
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return exc_note(exc)
 
 
 def prewarm(jobs: list[tuple[str, dict[str, int], dict[str, int]]], target: str, cache_dir: str, workers: int) -> float:
@@ -306,8 +306,10 @@ def tkc_variant(variant, s, args, device):
 
 
 def exc_note(exc) -> str:
-    """One line for an unexpected exception in a result row: its type and first line."""
-    return exc_note(exc)
+    """One line for an unexpected exception in a result row: `Type: first line of the message`,
+    or the bare type name when the message is empty."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def error_fields(exc) -> dict:
