@@ -1,0 +1,196 @@
+"""The benchmark scripts' CPU dry runs, so a benchmark cannot rot unnoticed between device runs.
+
+Every script under benchmarks/ that is a benchmark runs here as a subprocess, the way
+benchmarks/README.md says to run it on a CPU box, with the smallest options that still take every
+branch its dry run has (a schedule-constant override, a variant tkc rejects, both stages, both CPU
+targets, the seed unit when the seed file is here, the profile). Each writes its JSON into a
+temporary folder with a temporary tkc cache; the tests check the exit status, that every expected
+row is there, and that no row is an error (or WRONG).
+
+benchmarks/seed_kernels.py is a library of cluster_reduce.py with a small command line of its own
+(no `--cpu` mode: it never launches anything); its command line runs here when the seed file is
+found. compile_time.py has no `--cpu` mode either: it only ever runs on the CPU.
+
+The whole file takes about 25 s on two cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "benchmarks")
+MISS_EXAMPLES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "examples", "miss*.tk")))
+# Timer and copy settings that make a dry run fast; its numbers mean nothing, the run is the test.
+FAST = ["--warmup", "1", "--rep", "1", "--rotate-mib", "0", "--copy-mib", "1"]
+
+
+@functools.cache
+def load(name: str):
+    """benchmarks/<name>.py as a module named `bench_<name>` (benchmarks/ is not a package).
+    cluster_reduce.py imports its siblings by their plain names, as when run as a script."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(BENCH, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_script(script: str, args: list[str], tmp_path, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run benchmarks/<script> as its README says, with TileLang's cache inside the benchmark's
+    own `--cache-dir` (the script puts it there when the environment names none)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TILELANG_CACHE_DIR", "OUT")}
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, script), *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{script} exited {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+def no_errors(rows: list[dict]) -> None:
+    bad = [(r["variant"], r["status"], r.get("note"), r.get("traceback")) for r in rows
+           if r["status"] == "error" or r["status"].startswith("WRONG") or "traceback" in r]
+    assert not bad, bad
+
+
+# ----------------------------------------------------------------------------- miss.py
+
+def test_miss_cpu_dry_run(tmp_path):
+    """Every examples/miss*.tk and eager check out and are timed on tilelang-cpu; a constant
+    override is applied; a constant the kernel does not have is a compile-error row, not a crash;
+    the kernels are pre-built in worker processes."""
+    miss = load("miss")
+    shape = miss.CPU_SHAPES[0]
+    variants = ["eager", *MISS_EXAMPLES, "miss_v3[BM=32]", "miss[NOPE=1]"]
+    out = tmp_path / "miss.json"
+    proc = run_script("miss.py", ["--cpu", "--shapes", shape, "--variants", ",".join(variants), "--jobs", "2",
+                                  "--out", str(out), "--cache-dir", str(tmp_path / "cache"), *FAST], tmp_path)
+    data = json.loads(out.read_text())
+    rows = {r["variant"]: r for r in data["results"]}
+    assert sorted(rows) == sorted(variants)
+    assert all(r["shape"] == shape for r in rows.values())
+    rejected = rows.pop("miss[NOPE=1]")
+    assert rejected["status"] == "compile error" and "NOPE" in rejected["note"], rejected
+    no_errors(list(rows.values()))
+    for name, r in rows.items():
+        assert r["status"] == "ok" and r["rel_err"] <= miss.RTOL and r["time_us"] > 0, (name, r)
+    assert data["meta"]["target"] == "tilelang-cpu" and data["meta"]["prewarm_s"] > 0
+    assert data["meta"]["cache_dir"] == str(tmp_path / "cache")
+    assert "| shape | variant |" in proc.stdout
+
+
+def test_exc_note_is_type_and_first_line():
+    miss = load("miss")
+    assert miss.exc_note(ValueError("bad value\nsecond line")) == "ValueError: bad value"
+    assert miss.exc_note(KeyError()) == "KeyError"
+    fields = miss.error_fields(RuntimeError("boom"))
+    assert fields["status"] == "error" and fields["note"] == "RuntimeError: boom"
+
+
+def test_miss_unexpected_errors_become_error_rows(tmp_path, monkeypatch, capsys):
+    """An exception that is not a TkError, while a variant is checked or timed (bench_variant) or
+    while a tkc kernel compiles (tkc_variant), is an error row with its type and first line; the
+    run goes on, writes its JSON and exits 1."""
+    import tkc
+
+    miss = load("miss")
+
+    def eager_fails(A, B):
+        raise ZeroDivisionError("injected eager failure\nsecond line")
+
+    def compile_fails(*args, **kwargs):
+        raise RuntimeError("injected compile failure")
+
+    monkeypatch.setattr(miss, "miss_torch", eager_fails)
+    monkeypatch.setattr(tkc, "compile", compile_fails)
+    out = tmp_path / "miss.json"
+    rc = miss.main(["--cpu", "--shapes", miss.CPU_SHAPES[0], "--variants", "eager,miss", "--jobs", "1",
+                    "--out", str(out), "--cache-dir", str(tmp_path / "cache"), *FAST])
+    assert rc == 1
+    rows = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
+    assert rows["eager"]["status"] == "error"
+    assert rows["eager"]["note"] == "ZeroDivisionError: injected eager failure"
+    assert "ZeroDivisionError" in rows["eager"]["traceback"]
+    assert rows["miss"]["status"] == "error"
+    assert rows["miss"]["note"] == "RuntimeError: injected compile failure"
+    assert "RuntimeError" in rows["miss"]["traceback"]
+    assert "error: RuntimeError: injected compile failure" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- cluster_reduce.py
+
+def seed_available() -> bool:
+    seed_kernels = load("seed_kernels")
+    try:
+        seed_kernels.find_seed_file()
+    except seed_kernels.SeedError:
+        return False
+    return True
+
+
+def test_cluster_reduce_cpu_dry_run(tmp_path):
+    """Both stages, every example on both CPU targets (tilelang-cpu cannot express clusters: a
+    skipped row; the interpreter runs them), eager, and the seed rows: the seed unit built by nvcc
+    when the seed file and nvcc are here, else skipped as not available."""
+    cr = load("cluster_reduce")
+    seed_kernels = load("seed_kernels")
+    args = ["--cpu", "--clusters", "2", "--jobs", "1", "--out", str(tmp_path / "cr.json"),
+            "--cache-dir", str(tmp_path / "cache"), *FAST]
+    build_seed = seed_available() and seed_kernels.find_nvcc() is not None
+    if not build_seed:  # a seed without nvcc would be an error row: take the "no seed" branch instead
+        args += ["--seed-file", str(tmp_path / "no-seed-here.txt")]
+    run_script("cluster_reduce.py", args, tmp_path)
+    data = json.loads((tmp_path / "cr.json").read_text())
+    rows = data["results"]
+    no_errors(rows)
+    want = {(stage, v) for stage in cr.STAGE_NAMES for v in [*cr.SEED_VARIANTS, "eager"]}
+    want |= {(stage, f"{v}:{t}") for stage in cr.STAGE_NAMES for v in cr.EXAMPLES for t in cr.CPU_TARGETS}
+    assert sorted((r["stage"], r["variant"]) for r in rows) == sorted(want)
+    for r in rows:
+        assert r["clusters"] == 2 and r["N"] == cr.CPU_SIZE, r
+        if r["variant"] in cr.SEED_VARIANTS:
+            assert r["status"] == "skipped", r
+            assert ("seed unit built here" in r["note"]) if build_seed else r["note"].startswith("seed not available"), r
+        elif r["variant"].endswith(":tilelang-cpu"):
+            assert r["status"] == "skipped" and "cluster" in r["note"], r
+        else:
+            assert r["status"] == "ok" and r["wrong_runs"] == 0 and r["check_runs"] == 2 and r["time_us"] > 0, r
+    if build_seed:
+        assert set(data["meta"]["seed"]["kernels"]) == {
+            seed_kernels.name_expression(k, s) for k in seed_kernels.KERNELS for s in range(2)}
+
+
+@pytest.mark.skipif(not seed_available(), reason="seed 001 is not here (../shared/seeds/001_*.txt)")
+def test_seed_kernels_command_line(tmp_path):
+    """seed_kernels.py's own command line writes the translation unit (nvcc runs in the
+    cluster_reduce dry run above)."""
+    seed_kernels = load("seed_kernels")
+    unit = tmp_path / "seed_tu.cu"
+    run_script("seed_kernels.py", ["--emit", str(unit), "--compile", "none"], tmp_path)
+    text = unit.read_text()
+    for k in seed_kernels.KERNELS:
+        for s in seed_kernels.STAGES:
+            assert f"template __global__ void {k}<Stage::{s}>(half*, half*, int);" in text
+
+
+# ----------------------------------------------------------------------------- compile_time.py
+
+def test_compile_time_dry_run(tmp_path):
+    """One repetition of one example, with the profile (importtime, stages, cProfile)."""
+    out = tmp_path / "ct.json"
+    proc = run_script("compile_time.py", ["--reps", "1", "--examples", "miss", "--profile", "--top", "3",
+                                          "--json", str(out)], tmp_path)
+    data = json.loads(out.read_text())
+    assert list(data["examples"]) == ["miss"]
+    r = data["examples"]["miss"]
+    assert "error" not in r, r
+    assert len(r["cold_s"]) == len(r["warm_s"]) == 1 and r["cold_s"][0] > 0 and r["warm_s"][0] > 0
+    assert set(data["floors"]) == {"python -c pass", "python -c 'import tkc.cli'"}
+    assert "cProfile of tkc.cli.main" in data["profile"] and "| miss |" in proc.stdout
