@@ -19,6 +19,7 @@ from dsl.parser import parse
 from passes.check_smem_fit import shared_buffers
 from passes.manager import PASSES, format_pipeline, parse_pipeline, run_pipeline
 from passes.targets import SMEM_LIMITS
+from diag_util import check_rendered, position
 from profiles import examples
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -100,14 +101,46 @@ def test_smem_check_before_tile_matches_after():
             assert ok == fits, spec
 
 
-def test_tiling_twice_is_consistent_or_rejected():
-    module = lowered("miss_v3")
-    try:
-        twice = run_pipeline(module, parse_pipeline("tile,tile{BM=32}"))
-    except TkError:
-        return
-    once = run_pipeline(module, parse_pipeline("tile{BM=32}"))
-    assert print_module(twice) == print_module(once)
+def test_a_second_tile_without_sizes_is_a_no_op():
+    """passes/tile.py: the function is marked `tiled`; a second `tile` leaves it as it is (it
+    neither rebinds the constants to their defaults nor rejects the pipeline)."""
+    module = lowered("miss_v3", M=100, N=200, K=256, R=32)
+    once = print_module(run_pipeline(module, parse_pipeline("tile{BM=32}")))
+    assert once != print_module(run_pipeline(module, parse_pipeline("tile")))  # BM=32 shows in the IR
+    assert print_module(run_pipeline(module, parse_pipeline("tile{BM=32},tile"))) == once
+    assert print_module(run_pipeline(module, parse_pipeline("tile,tile"))) == \
+        print_module(run_pipeline(module, parse_pipeline("tile")))
+
+
+def test_a_second_tile_does_no_work(monkeypatch):
+    """No-op means not run again: nothing is re-bound (re-binding concrete IR could pass
+    unnoticed above, since binding twice happens to print the same)."""
+    import passes.tile as tile_pass
+
+    tiled = run_pipeline(lowered("miss_v3"), parse_pipeline("tile"))
+    assert tiled.func.attrs["tiled"] is True
+    before = print_module(tiled)
+
+    def rebind(*args, **kwargs):
+        raise AssertionError("the second `tile` bound the IR again")
+
+    monkeypatch.setattr(tile_pass, "_bind", rebind)
+    assert tile_pass.TilePass().run(tiled) is tiled
+    assert print_module(tiled) == before
+
+
+@pytest.mark.parametrize("spec", ["tile,tile{BM=32}", "tile{BM=32},tile{BM=32}", "tile{BN=64},tile{stages=2}"])
+def test_a_second_tile_with_sizes_is_a_located_error(spec):
+    """Sizes go to the first `tile`; a later one that binds any (even the same value) is an error
+    at the kernel's declaration with a note saying where sizes go."""
+    path = os.path.join(ROOT, "examples", "miss_v3.tk")
+    with open(path, encoding="utf-8") as f:
+        src = f.read()
+    with pytest.raises(TkError) as info:
+        run_pipeline(lowered("miss_v3"), parse_pipeline(spec))
+    check_rendered(info.value.render(), path, *position(src, "kernel miss_v3"),
+                   "`tile` already ran on this module: its tile sizes are bound", source=src,
+                   notes=["pass tile sizes to the first `tile` in the pipeline (or with `-D`)"])
 
 
 # ---- software-pipeline ------------------------------------------------------------------------
