@@ -529,8 +529,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                       f"red = {combine(fn, 'red', '__shfl_xor_sync(0xffffffffu, red, sh)', ct)};")
         target = f"{self.name(dst)}[{self.smem_offset(dst, idx)}]"
         value = "red"
-        if op.attrs.get("accumulate"):
-            value = combine(fn, convert(target, dst.type.dtype, ct), "red", ct)
+        if op.attrs.get("accumulate"):  # sum only (ReduceOp.verify): dst + the group's sum
+            value = f"{convert(target, dst.type.dtype, ct)} + red"
         self.line(b, f"if (oi < {n_out} && part == 0) {target} = {convert(value, ct, dst.type.dtype)};")
         self.line(d + 1, "}")
         self.line(d, "}")

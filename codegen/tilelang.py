@@ -451,7 +451,7 @@ class _Emitter:
         src_idx = list(idx)
         src_idx.insert(axis, red)
         elem = self.cast(f"{self.name(src)}[{', '.join(src_idx)}]", src.type.dtype, dst.type.dtype)
-        if not op.attrs.get("accumulate"):
+        if not op.attrs.get("accumulate"):  # accumulate (sum only, ReduceOp.verify) adds onto dst as it is
             init = {"sum": "0", "max": "-T.infinity({})", "min": "T.infinity({})"}[fn].format(TL_DTYPES[dst.type.dtype])
             self.line(d, f"{target} = {init if fn != 'sum' else f'T.Cast({TL_DTYPES[dst.type.dtype]}, 0)'}")
         self.line(d, f"for {red} in T.serial({exprs.to_str(src.type.shape[axis])}):")

@@ -326,9 +326,8 @@ class _Block:
         src, dst = op.operands
         ct = _compute_dtype(dst.type.dtype)
         res = _REDUCE[op.attrs["fn"]](self.arrays[id(src)].astype(ct), axis=op.attrs["axis"], keepdims=True)
-        if op.attrs.get("accumulate"):
-            old = self.arrays[id(dst)].astype(ct)
-            res = old + res if op.attrs["fn"] == "sum" else _BINARY[op.attrs["fn"]](old, res)
+        if op.attrs.get("accumulate"):  # sum only (ReduceOp.verify)
+            res = self.arrays[id(dst)].astype(ct) + res
         self.arrays[id(dst)][...] = round_to(res, dst.type.dtype)
 
     def op_gemm(self, op: Op) -> None:

@@ -283,7 +283,21 @@ class _Lowerer(ExprLowerer):
             self.check_gemm(a, b, target, s.value.loc)
             self.emit(O.GemmOp(operands=[a, b, target], loc=s.loc))
             return
-        value = self.tile(s.value)
+        if s.op == "+" and isinstance(s.value, A.Call) and s.value.fn == "sum":
+            x, axis, result = self.reduction(s.value)
+            # `acc += sum(x, axis)` onto a tile of the sum's own shape and dtype: one reduce that
+            # adds into acc (no temporary, no second pass over acc). Another dtype keeps the
+            # temporary, so the sum is still taken in f32 and rounded once; x being acc itself
+            # keeps it too (one op would read and write the same tile).
+            if (result.dtype == target.type.dtype and x is not target
+                    and result.concrete_shape(self.env) == target.type.concrete_shape(self.env)):
+                self.emit(O.ReduceOp(operands=[x, target], attrs={"fn": "sum", "axis": axis, "accumulate": True},
+                                     loc=s.loc))
+                return
+            value = self.temp(result, s.value.loc)
+            self.emit(O.ReduceOp(operands=[x, value], attrs={"fn": "sum", "axis": axis}, loc=s.value.loc))
+        else:
+            value = self.tile(s.value)
         self.check_shape(target.type, value.type, s.value.loc, f"`{s.op}=` on `{s.target}`", broadcast=True)
         self.emit(O.ElementwiseOp(operands=[target, value, target], attrs={"fn": BIN_OPS[s.op]}, loc=s.loc))
 

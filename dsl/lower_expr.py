@@ -265,18 +265,26 @@ class ExprLowerer:
                     return self.unary(fn, self.tile(args[1 - i]), e.loc, scalar=value)
             return self.elementwise(fn, self.tile(args[0]), self.tile(args[1]), e.loc, f"`{fn}`")
         if fn in REDUCE_CALLS:
-            want(2)
-            x = self.tile(args[0])
-            axis = exprs.evaluate(self.index(args[1], allow_vars=False), self.env)
-            if not 0 <= axis < x.type.rank:
-                raise error(args[1].loc, f"axis {axis} out of range for a rank-{x.type.rank} tile")
-            shape = x.type.shape[:axis] + (exprs.Num(1),) + x.type.shape[axis + 1:]
-            dtype = "f32" if x.type.dtype in ("f16", "bf16") else x.type.dtype
-            out = self.temp(TileType("frag", dtype, shape), e.loc)
+            x, axis, result = self.reduction(e)
+            out = self.temp(result, e.loc)
             self.emit(O.ReduceOp(operands=[x, out], attrs={"fn": REDUCE_CALLS[fn], "axis": axis}, loc=e.loc))
             return out
         known = ["zeros", "full", "cast", *SPACE_CALLS, *UNARY_CALLS, "max", "min", *REDUCE_CALLS, "peer"]
         raise error(e.loc, f"unknown function `{fn}`", f"tile functions: {', '.join(known)}")
+
+    def reduction(self, e: A.Call) -> tuple[Value, int, TileType]:
+        """For `sum/amax/amin(x, axis)`: the tile `x` (lowered), the axis (checked against x's
+        rank) and the type of the result: x's shape with the axis kept at size 1, in a `frag`,
+        f32 for f16/bf16 x and x's dtype otherwise. Emits nothing for the reduction itself."""
+        if len(e.args) != 2:
+            raise error(e.loc, f"`{e.fn}` takes 2 arguments, got {len(e.args)}")
+        x = self.tile(e.args[0])
+        axis = exprs.evaluate(self.index(e.args[1], allow_vars=False), self.env)
+        if not 0 <= axis < x.type.rank:
+            raise error(e.args[1].loc, f"axis {axis} out of range for a rank-{x.type.rank} tile")
+        shape = x.type.shape[:axis] + (exprs.Num(1),) + x.type.shape[axis + 1:]
+        dtype = "f32" if x.type.dtype in ("f16", "bf16") else x.type.dtype
+        return x, axis, TileType("frag", dtype, shape)
 
     def peer(self, e: A.Call) -> Value:
         """`peer(S, rank...)`: the cluster peer of rank `rank` (one per cluster dim) holds its own

@@ -189,7 +189,8 @@ class ElementwiseOp(Op):
 class ReduceOp(Op):
     """dst = fn(src) along `axis` (the reduced dim has size 1 in dst); fn is sum, max or min.
 
-    With `accumulate = true` the result is combined with dst's old value instead.
+    With `accumulate = true` (fn `sum` only: what `acc += sum(x, axis)` lowers to) the sum is
+    added to dst's old value instead: dst = dst + sum(src), in dst's dtype.
     Example: `tile.reduce(%x, %s) {axis = 1, fn = "sum"} loc(...)`
     """
 
@@ -198,6 +199,15 @@ class ReduceOp(Op):
     def verify(self, fail, env):
         if self.attrs.get("fn") not in REDUCE or len(self.operands) != 2:
             fail("`tile.reduce` takes fn in sum/max/min, a source and a destination")
+            return
+        accumulate = self.attrs.get("accumulate", False)
+        if not isinstance(accumulate, bool):
+            fail(f"`accumulate` must be true or false, got {accumulate!r}")
+            return
+        # No syntax makes a max/min accumulate (`acc += amax(x, 1)` adds the maximum), so no
+        # backend implements one.
+        if accumulate and self.attrs["fn"] != "sum":
+            fail(f"`accumulate = true` takes fn `sum` only, got `{self.attrs['fn']}`")
             return
         src, dst = (_shape(v, env) for v in self.operands)
         axis = self.attrs.get("axis", -1)
