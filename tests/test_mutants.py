@@ -1,0 +1,52 @@
+"""The mutant list of tests/mutants/mutants.py stays applicable as the code moves (issue 9, item 6).
+
+Fast (no test tier runs here; tests/mutants/run.py does that): ids are unique, there are at least
+40 mutants and the issue's six are among them, every `find` occurs exactly once in its file, the
+mutated file still compiles (a mutant is a semantic change, not a syntax error), and the tiers and
+hint test files are real. When an edit of dsl/, passes/ or codegen/ moves a mutant's text, this
+fails: update the mutant (same bug, new text) rather than dropping it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "mutants"))
+
+from mutants import ISSUE_MUTANTS, MUTANTS  # noqa: E402
+
+IDS = [m.id for m in MUTANTS]
+
+
+def test_ids_unique_and_enough():
+    assert len(IDS) == len(set(IDS)), sorted(i for i in IDS if IDS.count(i) > 1)
+    assert len(MUTANTS) >= 40
+
+
+def test_issue_mutants_present():
+    missing = [i for i in ISSUE_MUTANTS if i not in IDS]
+    assert not missing, f"the issue's mutants are missing: {missing}"
+    assert len(ISSUE_MUTANTS) >= 7  # six items; max/min at 0 in both codegen/tilelang.py and cuda_prelude.py
+
+
+def test_spread_over_the_compiler():
+    tops = {m.file.split("/")[0] for m in MUTANTS}
+    assert {"dsl", "passes", "codegen"} <= tops
+
+
+@pytest.mark.parametrize("m", MUTANTS, ids=IDS)
+def test_mutant_applies_and_compiles(m):
+    assert m.tier in ("cpu", "gpu"), m.tier
+    assert m.find != m.replace
+    assert m.what.strip() and "\n" not in m.what
+    path = os.path.join(ROOT, m.file)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    assert text.count(m.find) == 1, f"`find` occurs {text.count(m.find)} times in {m.file}"
+    compile(text.replace(m.find, m.replace), path, "exec")
+    for hint in m.tests:
+        assert os.path.isfile(os.path.join(ROOT, hint)), f"hint test file {hint} does not exist"
