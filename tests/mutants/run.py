@@ -19,7 +19,9 @@ the copy (else it aborts). The mutant's hint test files (`tests`, those of the t
 if they pass, the rest of the tier runs. Outcomes: `caught` (pytest exit 1: a test failed; the
 first failing test is recorded; a test process killed by a signal counts too), `survived` (exit
 0), `invalid` (the mutant does not compile or import, or pytest exits 2, 3, 4 or 5: collection or
-usage errors), `timeout`. A clean run (no mutant) comes first and must pass.
+usage errors), `timeout`. A clean run (no mutant) comes first and must pass. A failing test
+counts only if it fails again when re-run alone and passes on the clean tree; otherwise it is
+reported as flaky and deselected, and the run goes on (tests with unseeded random inputs exist).
 
 Exit status: 0 when every mutant run was caught (or was equivalent and survived), 1 otherwise,
 2 when the runner itself cannot work (clean run fails, the copy does not shadow the install).
@@ -193,6 +195,7 @@ def tier_runs(tier: str, hints: tuple[str, ...]) -> list[tuple[str, list[str]]]:
 def judge(code: int | None, output: str, r: Result) -> bool:
     """Record the outcome of one pytest run in `r`; True when it decides the mutant."""
     tail = output.strip().splitlines()[-40:]
+    r.outcome, r.caught_by, r.log_tail = "", "", []
     if code is None:
         r.outcome, r.caught_by, r.log_tail = "timeout", "pytest ran past the time limit", tail
         return True
@@ -211,11 +214,32 @@ def judge(code: int | None, output: str, r: Result) -> bool:
     return False
 
 
-def run_one(m: Mutant | None, tier: str, files: list[str], timeout: float, keep: bool) -> Result:
+FLAKY: set[str] = set()  # tests that failed and then passed on a re-run, or failed on the clean tree
+_FLAKY_LOCK = threading.Lock()
+MAX_FLAKY = 5  # per mutant
+
+
+def reproduces(node: str, m: Mutant | None, tier: str, copy: str, baseline: str, left: float) -> bool:
+    """Whether the failure of test `node` is real: it fails again when re-run alone in `copy` and,
+    for a mutant, passes in the clean `baseline`. A test that draws unseeded random inputs can
+    fail by chance; without this check it would mark any mutant caught."""
+    args = TIERS[tier]["args"] + [node]
+    code, _ = pytest(args, copy, environment(copy), left)
+    if code == 0:
+        return False
+    if m is None or code is None:
+        return True
+    code, _ = pytest(args, baseline, environment(baseline), left)
+    return code in (0, None)
+
+
+def run_one(m: Mutant | None, tier: str, files: list[str], timeout: float, keep: bool, baseline: str) -> Result:
+    """Run the tier on a fresh copy with mutant `m` applied (on `baseline` itself for m = None)."""
     r = Result(m.id if m else "(clean)", m.file if m else "", m.tier if m else tier, tier,
                equivalent=m.equivalent if m else "", what=m.what if m else "no mutant")
     start = time.monotonic()
-    copy = make_copy(files, m.id if m else "clean")
+    copy = make_copy(files, m.id) if m else baseline
+    flaky: list[str] = []
     try:
         env = environment(copy)
         bad = apply(m, copy) if m else None
@@ -224,20 +248,35 @@ def run_one(m: Mutant | None, tier: str, files: list[str], timeout: float, keep:
             r.outcome, r.caught_by = "invalid", bad
             return r
         for stage, args in tier_runs(tier, m.tests if m else ()):
-            left = timeout - (time.monotonic() - start)
-            code, output = pytest(args, copy, env, left)
-            r.stage = stage
-            if stage == "hints" and code == 5:  # no test of the tier in the hint files
-                continue
-            if judge(code, output, r):
+            while True:
+                with _FLAKY_LOCK:
+                    skip = [f"--deselect={n}" for n in sorted(FLAKY | set(flaky))]
+                code, output = pytest(args + skip, copy, env, timeout - (time.monotonic() - start))
+                r.stage = stage
+                if stage == "hints" and code == 5:  # no test of the tier in the hint files
+                    break
+                judge(code, output, r)
+                node = first_failure(output) if r.outcome == "caught" else ""
+                if (node and len(flaky) < MAX_FLAKY
+                        and not reproduces(node, m, tier, copy, baseline, timeout - (time.monotonic() - start))):
+                    flaky.append(node)
+                    with _FLAKY_LOCK:
+                        FLAKY.add(node)
+                    print(f"  flaky: {node} (under {r.id}); deselected, re-running", flush=True)
+                    continue
                 break
+            if r.outcome not in ("", "survived"):
+                break
+        if flaky:
+            r.caught_by = (r.caught_by + "; " if r.caught_by else "") + "flaky, deselected: " + ", ".join(flaky)
         return r
     finally:
         r.seconds = round(time.monotonic() - start, 1)
-        if keep:
-            print(f"  kept {copy}", flush=True)
-        else:
-            shutil.rmtree(copy, ignore_errors=True)
+        if m is not None:
+            if keep:
+                print(f"  kept {copy}", flush=True)
+            else:
+                shutil.rmtree(copy, ignore_errors=True)
 
 
 # ---- reporting -------------------------------------------------------------------------------
@@ -290,9 +329,11 @@ def main(argv: list[str] | None = None) -> int:
         for m in MUTANTS:
             print(f"{m.id:40} {m.tier:4} {m.file:28} {m.what}" + (" [equivalent]" if m.equivalent else ""))
         return 0
+    baseline = ""
     try:
         chosen = select(args)
         files = tree_files(ROOT)
+        baseline = make_copy(files, "clean")  # the clean run's tree; re-runs of failing tests check against it
         report = {"tier": args.tier, "device": device_name(args.tier),
                   "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                                            text=True).stdout.strip(),
@@ -300,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mutation testing: {len(chosen)} mutant(s), tier {args.tier} ({report['device']}), "
               f"{args.jobs} job(s), {len(files)} files per copy", flush=True)
         if not args.skip_clean:
-            clean = run_one(None, args.tier, files, args.timeout, args.keep)
+            clean = run_one(None, args.tier, files, args.timeout, args.keep, baseline)
             report["clean"] = asdict(clean)
             print(f"clean run: {'passed' if clean.outcome == 'survived' else clean.outcome} "
                   f"in {clean.seconds:.0f} s", flush=True)
@@ -310,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         results: list[Result] = []
         lock = threading.Lock()
         with cf.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            futures = {pool.submit(run_one, m, args.tier, files, args.timeout, args.keep): m for m in chosen}
+            futures = {pool.submit(run_one, m, args.tier, files, args.timeout, args.keep, baseline): m for m in chosen}
             for fut in cf.as_completed(futures):
                 try:
                     r = fut.result()
@@ -325,13 +366,20 @@ def main(argv: list[str] | None = None) -> int:
     except RunnerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if baseline and not args.keep:
+            shutil.rmtree(baseline, ignore_errors=True)
     order = {m.id: i for i, m in enumerate(MUTANTS)}
     results.sort(key=lambda r: order[r.id])
     report["results"] = [asdict(r) for r in results]
+    report["flaky"] = sorted(FLAKY)
     print()
     print(table(results))
     counts = {o: sum(r.outcome == o for r in results) for o in ("caught", "survived", "invalid", "timeout")}
     print("\n" + ", ".join(f"{n} {o}" for o, n in counts.items()))
+    if FLAKY:
+        print("flaky tests (failed, then passed on a re-run or failed on the clean tree; deselected):\n  "
+              + "\n  ".join(sorted(FLAKY)))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)
