@@ -1,4 +1,6 @@
-"""tkc.compile / tkc.runtime.Kernel: binding dims from tensors, specialization, launch errors."""
+"""tkc.compile / tkc.runtime.Kernel: binding dims from tensors, specialization, launch errors.
+Results are checked against torch in float64 on the same inputs, on every input distribution,
+within the derived tolerance (tkc/oracle.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import torch
 
 import tkc
 from dsl.diagnostics import TkError
-from tkc import check
+from tkc import oracle
 from tkc.driver import frontend
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,18 +29,32 @@ kernel addk<BM=16>(A: f16[M, K], B: f16[M, K]) -> (C: f32[M, K])
 
 
 def rand(*shape, dtype=torch.float16, seed=0):
+    """A tensor for the tests of argument errors (its values never matter)."""
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def check_outputs(module, inputs, results, where: str) -> None:
+    """Each output against torch in float64 on `inputs` within its derived tolerance."""
+    refs = oracle.reference(module, inputs)
+    budgets = oracle.error_budgets(module)
+    assert len(refs) == len(results) == len(oracle.outputs(module))
+    for (name, dtype), out, ref in zip(oracle.outputs(module), results, refs):
+        assert out.shape == ref.shape and ref.abs().max().item() > 0
+        err, tol = oracle.rel_error(out, ref), budgets[name].tol(dtype)
+        assert err <= tol, f"{where}: `{name}` relative error {err:.3e} > tolerance {tol:.3e}"
 
 
 def test_kernel_binds_dims_and_specializes_per_shape(tmp_path):
     k = tkc.compile(MISS_V3, target="tilelang-cpu", cache_dir=str(tmp_path), BM=16, BN=32)
     assert [p.name for p in k.inputs] == ["A", "B"] and [p.name for p in k.outputs] == ["C"]
     for m, kk, n, r in ((40, 64, 48, 16), (17, 96, 33, 32)):
-        a, b = rand(m, kk, seed=m), rand(r, n, seed=n)
-        assert k.bind_dims([a, b]) == {"M": m, "K": kk, "R": r, "N": n}
-        out = k(a, b)
-        ref = check.reference(frontend(MISS_V3, {"M": m, "K": kk, "N": n, "R": r, "BM": 16, "BN": 32}), [a, b])[0]
-        assert out.shape == (m, n) and check.rel_error(out, ref) < 1e-2
+        module = frontend(MISS_V3, {"M": m, "K": kk, "N": n, "R": r, "BM": 16, "BN": 32})
+        for seed, dist in enumerate(oracle.DISTRIBUTIONS):
+            a, b = oracle.random_inputs(module, m + seed, "cpu", dist)
+            assert k.bind_dims([a, b]) == {"M": m, "K": kk, "R": r, "N": n}
+            out = k(a, b)
+            assert out.shape == (m, n) and out.dtype == torch.float16
+            check_outputs(module, [a, b], [out], f"M={m} K={kk} N={n} R={r} {dist}")
     assert len(k._built) == 2
 
 
@@ -62,9 +78,12 @@ def test_conflicting_dims(tmp_path):
     with pytest.raises(TkError) as info:
         k(rand(32, 8), rand(32, 9))
     assert info.value.diagnostics[0].message == "dim `K` is 8 in one input and 9 in `B`"
-    a, b = rand(20, 8, seed=1), rand(20, 8, seed=2)
-    out = k(a, b)
-    assert out.dtype == torch.float32 and torch.allclose(out, a.float() + b.float())
+    module = frontend(str(path), {"M": 20, "K": 8})
+    for seed, dist in enumerate(oracle.DISTRIBUTIONS):
+        a, b = oracle.random_inputs(module, seed, "cpu", dist)
+        out = k(a, b)
+        assert out.dtype == torch.float32 and out.shape == (20, 8)
+        check_outputs(module, [a, b], [out], dist)
 
 
 def test_requires_checked_on_the_tensors_shapes(tmp_path):
