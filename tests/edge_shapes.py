@@ -50,6 +50,7 @@ SPECS: dict[str, Spec] = {
                                           dists=("normal", "negative", "offset", "ints")),
     "tests/programs/reduce.tk": Spec({"M": 40, "N": 40}, {"BM": 16}, {"M": "BM", "N": 16}),
     "tests/programs/row_sum_loop.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
+    "tests/programs/update_ops.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
     "tests/programs/gemm_loop.tk": Spec({"M": 72, "N": 40, "K": 100}, {"BM": 32, "BN": 32, "BK": 16, "stages": 3},
                                         {"M": "BM", "N": "BN", "K": "BK"}),
 }

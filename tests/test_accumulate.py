@@ -167,10 +167,22 @@ sym_name = "k"} loc("k.tk":1:1) {
 
 
 def test_the_verifier_accepts_accumulate_with_sum():
-    module = parse_module(IR.replace("ATTRS", 'accumulate = true, axis = 1, fn = "sum"'), "k.tkir")
-    inputs = [torch.randn(32, 64, dtype=torch.float64).float()]
-    out = run(module, {"X": inputs[0].numpy()})["S"]
-    assert np.allclose(out, inputs[0].double().sum(1, keepdim=True).numpy(), rtol=1e-5)
+    """The hand-written accumulating reduce runs: each row sum within the bound of recursive f32
+    summation, n u32 (|s0| + sum |x|) (Higham, Accuracy and Stability, eq. 4.4), of s0 + the float64
+    sum, where s0 = 0.5 is what the accumulator held; on small integers, where every partial sum is
+    exact in f32, exactly."""
+    ir = IR.replace("ATTRS", 'accumulate = true, axis = 1, fn = "sum"').replace("{value = 0.0}", "{value = 0.5}")
+    assert "{value = 0.5}" in ir
+    module = parse_module(ir, "k.tkir")
+    gen = torch.Generator().manual_seed(9)
+    normal = torch.randn(32, 64, generator=gen, dtype=torch.float64).float() * 3.0 - 1.0
+    ints = torch.randint(-8, 9, (32, 64), generator=gen).float()
+    for x in (normal, ints):
+        out = torch.from_numpy(np.asarray(run(module, {"X": x.numpy()})["S"], np.float64))
+        ref = 0.5 + x.double().sum(1, keepdim=True)
+        bound = 64 * 2.0**-24 * (0.5 + x.double().abs().sum(1, keepdim=True))
+        assert out.shape == ref.shape and ((out - ref).abs() <= bound).all()
+    assert torch.equal(out, ref)  # the ints: exact
 
 
 @pytest.mark.parametrize("attrs, message", [

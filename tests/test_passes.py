@@ -218,3 +218,35 @@ def test_every_op_keeps_a_source_location_through_every_pass(name):
 
     check("lowering", module)
     run_pipeline(module, parse_pipeline("tile,software-pipeline,check-smem-fit"), check)
+
+
+@pytest.mark.parametrize("n, partial", [(200, True), (192, False)])
+def test_the_interpreter_rejects_an_unguarded_access_past_the_end(n, partial):
+    """The interpreter's strict check (what makes the interpreter catch a wrong `checked` mark of
+    `tile`): tests/programs/row_sum_loop.tk's column loads, with N = 200 (the last tile, columns
+    192..255, reaches past N) and N = 192 (no partial tile). Marking the column dim unchecked must
+    be a ProgramError exactly when a tile reaches past the end, and name the tensor and range."""
+    import numpy as np
+    import torch
+
+    from dsl.interpreter import ProgramError, run
+    from tkc import driver, oracle
+
+    path = os.path.join(ROOT, "tests", "programs", "row_sum_loop.tk")
+    lowered = driver.frontend(path, {"M": 32, "N": n})
+    tiled = run_pipeline(lowered, parse_pipeline("tile"))
+    loads = [op for op in tiled.walk() if "checked" in op.attrs and op.operands[0].name in ("X", "H")]
+    assert len(loads) == 2 and all(op.attrs["checked"] == [False, partial] for op in loads), \
+        [op.attrs.get("checked") for op in loads]
+    inputs = oracle.random_inputs(lowered, 3, "cpu")
+    feed = {"X": inputs[0].numpy(), "H": inputs[1].numpy()}
+    outs = run(tiled, feed)  # as marked: runs, and sums the rows
+    for name, ref in zip(("S", "T"), oracle.reference(lowered, inputs)):
+        out = torch.from_numpy(np.asarray(outs[name], np.float64))
+        assert oracle.rel_error(out, ref) <= oracle.tolerance(lowered, name)
+    loads[0].attrs["checked"] = [False, False]
+    if partial:
+        with pytest.raises(ProgramError, match=r"`X` dim 1: the tile \[192, 256\) reaches outside \[0, 200\)"):
+            run(tiled, feed)
+    else:
+        run(tiled, feed)

@@ -39,6 +39,7 @@ _EDGES = ("tests/test_edges.py",)
 _QUICK = ("tests/gpu/test_gpu_quick.py",)
 _CLUSTER = ("tests/test_cluster.py",)
 _GPU_CLUSTER = ("tests/gpu/test_gpu_cluster.py",)
+_UPDATES = ("tests/test_edges.py", "tests/test_programs.py")  # tests/programs/update_ops.tk
 
 M = Mutant
 MUTANTS: list[Mutant] = [
@@ -89,7 +90,7 @@ MUTANTS: list[Mutant] = [
     M("lower-augassign-operands-swapped", "dsl/lower.py",
       'operands=[target, value, target], attrs={"fn": BIN_OPS[s.op]}',
       'operands=[value, target, target], attrs={"fn": BIN_OPS[s.op]}',
-      "`x -= y` computes y - x (swapped operands; the same for `+=` and `*=`)", "cpu"),
+      "`x -= y` computes y - x (swapped operands; the same for `+=` and `*=`)", "cpu", tests=_UPDATES),
     M("lower-static-if-inverted", "dsl/lower.py",
       "branch = s.then if exprs.evaluate(cond, self.env) else s.orelse",
       "branch = s.orelse if exprs.evaluate(cond, self.env) else s.then",
@@ -215,6 +216,11 @@ MUTANTS: list[Mutant] = [
       "total = sum(b for _, b, s in bufs)",
       "shared memory is counted without pipeline stages", "cpu", tests=("tests/test_diagnostics.py",)),
     # ---- codegen/tilelang.py (GPU path and the C target of `tilelang-cpu`) -----------------------
+    M("tilelang-broadcast-rows-only", "codegen/tilelang.py",
+      'parts = ["0" if broadcast and n == 1 else i for i, n in zip(idx, shape)]',
+      'parts = ["0" if broadcast and n == 1 and k == 0 else i for k, (i, n) in enumerate(zip(idx, shape))]',
+      "elementwise operands broadcast only a leading dim of size 1 (a [BM, 1] column tile is read "
+      "past its one column)", "cpu", tests=_UPDATES),
     M("tilelang-gpu-store-column-off", "codegen/tilelang.py",
       "region = f\"{self.name(tensor)}[{', '.join(offsets)}]\"",
       "region = f\"{self.name(tensor)}[{', '.join(offsets if load else offsets[:-1] + [offsets[-1] + ' + 1'])}]\"",
@@ -276,6 +282,11 @@ MUTANTS: list[Mutant] = [
       "the __syncthreads() between a shared tile's writers and its readers is dropped", "cpu",
       tests=("tests/test_async_copy.py", "tests/test_cuda.py")),
     # ---- codegen/cuda_access.py ------------------------------------------------------------------
+    M("cuda-column-broadcast-vector-load", "codegen/cuda_access.py",
+      "if shape[-1] == 1 and ch.width > 1:  # broadcast along the last dim: one element",
+      "if shape[-1] == 1 and ch.width > 2:  # broadcast along the last dim: one element",
+      "a shared [BM, 1] tile broadcast over 2-wide chunks is read as a vector (the next rows' "
+      "elements)", "gpu", tests=_QUICK),
     M("cuda-guard-inclusive", "codegen/cuda_access.py",
       'conds.append(f"{gk} < {n}")',
       'conds.append(f"{gk} <= {n}")',
