@@ -50,3 +50,19 @@ def test_mutant_applies_and_compiles(m):
     compile(text.replace(m.find, m.replace), path, "exec")
     for hint in m.tests:
         assert os.path.isfile(os.path.join(ROOT, hint)), f"hint test file {hint} does not exist"
+
+
+@pytest.mark.parametrize("m", [m for m in MUTANTS if m.select], ids=lambda m: m.id)
+def test_gpu_selections_pick_quick_tier_cases(m):
+    """A GPU mutant's `select` is a valid pytest -k expression that picks some, not all, of the
+    quick tier's cases (matched as pytest does: a substring of the test id, case-insensitive)."""
+    from _pytest.mark.expression import Expression
+
+    sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
+    import test_gpu_quick
+
+    assert m.tier == "gpu", "select narrows the GPU tier's hint run only"
+    expr = Expression.compile(m.select)
+    ids = [f"test_gpu_backend_at_tile_edges[{i}]".lower() for i in test_gpu_quick.IDS]
+    picked = [i for i in ids if expr.evaluate(lambda name, i=i, **_: name.lower() in i)]
+    assert 0 < len(picked) < len(ids), (m.select, len(picked))

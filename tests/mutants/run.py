@@ -177,8 +177,10 @@ def first_failure(output: str) -> str:
     return ""
 
 
-def tier_runs(tier: str, hints: tuple[str, ...]) -> list[tuple[str, list[str]]]:
-    """The pytest runs of a tier: the hint files of that tier first, then the rest of it."""
+def tier_runs(tier: str, hints: tuple[str, ...], select: str = "") -> list[tuple[str, list[str]]]:
+    """The pytest runs of a tier: the hint files of that tier first (narrowed by `select`, a
+    pytest `-k` expression, on the GPU tier), then the rest of it (after a narrowed hint run,
+    the whole tier)."""
     spec = TIERS[tier]
     ignore = [f"--ignore={p}" for p in spec["ignore"]]
     if tier == "gpu":
@@ -186,9 +188,14 @@ def tier_runs(tier: str, hints: tuple[str, ...]) -> list[tuple[str, list[str]]]:
     else:
         hints = tuple(h for h in hints if not h.startswith("tests/gpu/"))
     runs = []
-    if hints:
+    if hints and select and tier == "gpu":
+        runs.append(("hints", spec["args"] + list(hints) + ["-k", select]))
+        runs.append(("suite", spec["args"] + spec["paths"] + ignore))
+    elif hints:
         runs.append(("hints", spec["args"] + list(hints)))
-    runs.append(("suite", spec["args"] + spec["paths"] + ignore + [f"--ignore={h}" for h in hints]))
+        runs.append(("suite", spec["args"] + spec["paths"] + ignore + [f"--ignore={h}" for h in hints]))
+    else:
+        runs.append(("suite", spec["args"] + spec["paths"] + ignore))
     return runs
 
 
@@ -247,7 +254,7 @@ def run_one(m: Mutant | None, tier: str, files: list[str], timeout: float, keep:
         if bad:
             r.outcome, r.caught_by = "invalid", bad
             return r
-        for stage, args in tier_runs(tier, m.tests if m else ()):
+        for stage, args in tier_runs(tier, m.tests if m else (), m.select if m else ""):
             while True:
                 with _FLAKY_LOCK:
                     skip = [f"--deselect={n}" for n in sorted(FLAKY | set(flaky))]
