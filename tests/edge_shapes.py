@@ -6,7 +6,8 @@ dim, or a number such as a vector width or the cluster's half), and dims that mu
 of something (`requires K % R == 0`). `edge_cases(path)` varies one tiled dim at a time over
 k*tile - 1, k*tile, k*tile + 1 (k = 2; k = 1 for a dim the kernel covers with one tile) and
 below one tile, and adds one case where every tiled dim
-is partial at once, and other stage counts at the base dims. The CPU suite (tests/test_edges.py) and the GPU quick tier
+is partial at once, other stage counts at the base dims, and the file's other schedule constants (`variants`) at
+the base dims. The CPU suite (tests/test_edges.py) and the GPU quick tier
 (tests/gpu/test_gpu_quick.py) run them all.
 """
 
@@ -26,6 +27,9 @@ class Spec:
     multiple_of: dict[str, str] = field(default_factory=dict)  # dim -> dim it must be a multiple of
     at_most_one_tile: tuple[str, ...] = ()  # dims the kernel covers with a single tile
     even: tuple[str, ...] = ()  # dims that must stay even (2-block clusters)
+    # other schedule constants, each run once at the base dims (a tile width whose last dim
+    # gives the CUDA backend's 2- or 4-wide chunks instead of 8-wide, say)
+    variants: tuple[dict[str, int], ...] = ()
     # input distributions the kernel's math is defined on (tkc/oracle.py DISTRIBUTIONS)
     dists: tuple[str, ...] = ("normal", "negative", "offset", "wide", "ints")
 
@@ -33,7 +37,10 @@ class Spec:
 _MISS = {"M": "BM", "N": "BN"}
 SPECS: dict[str, Spec] = {
     "examples/miss.tk": Spec({"M": 40, "N": 72, "K": 100, "R": 16}, {"BM": 16, "BN": 32, "stages": 3},
-                             {**_MISS, "K": "R"}),
+                             {**_MISS, "K": "R"},
+                             # the file's own BN: two mma blocks per warp along N, stored 16 bytes
+                             # per lane after a quad transpose (codegen/cuda_gemm.py wide_store_out)
+                             variants=({"BN": 128},)),
     "examples/miss_v3.tk": Spec({"M": 40, "N": 72, "K": 48, "R": 16}, {"BM": 16, "BN": 32, "stages": 3},
                                 _MISS, multiple_of={"K": "R"}),
     "examples/miss_mtile.tk": Spec({"M": 40, "N": 40, "K": 48, "R": 16}, {"BM": 16, "stages": 2},
@@ -50,9 +57,12 @@ SPECS: dict[str, Spec] = {
                                           dists=("normal", "negative", "offset", "ints")),
     "tests/programs/reduce.tk": Spec({"M": 40, "N": 40}, {"BM": 16}, {"M": "BM", "N": 16}),
     "tests/programs/row_sum_loop.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
-    "tests/programs/update_ops.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
+    "tests/programs/floor_div.tk": Spec({"M": 40, "N": 67}, {"BM": 16}, {"M": "BM"}),
+    "tests/programs/update_ops.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"},
+                                         variants=({"BN": 6}, {"BN": 4})),  # 2- and 4-wide CUDA chunks
     "tests/programs/gemm_loop.tk": Spec({"M": 72, "N": 40, "K": 100}, {"BM": 32, "BN": 32, "BK": 16, "stages": 3},
-                                        {"M": "BM", "N": "BN", "K": "BK"}),
+                                        {"M": "BM", "N": "BN", "K": "BK"},
+                                        variants=({"BK": 8},)),  # BK % 16 != 0: the CUDA SIMT gemm, in a loop
 }
 
 
@@ -89,6 +99,8 @@ def edge_cases(path: str) -> list[tuple[str, dict[str, int]]]:
     for stages in (1, 2, 4):  # stage counts against the trip counts above
         if "stages" in spec.consts and stages != spec.consts["stages"]:
             cases[f"stages={stages}"] = {**spec.base, **spec.consts, "stages": stages}
+    for v in spec.variants:
+        cases[",".join(f"{k}={n}" for k, n in sorted(v.items()))] = {**spec.base, **spec.consts, **v}
     partial = {**spec.base}
     for dim, tile in spec.tiles.items():
         t = tile_of(spec, tile, spec.base)

@@ -1,7 +1,8 @@
 """Every example and test program at every tile edge (tests/edge_shapes.py), on every input
 distribution of tkc/oracle.py, against torch in float64: the reference interpreter on the IR
 after the default pipeline (strict: an access outside a tensor in a dim `tile` left unguarded is
-an error), and TileLang's C target (`tilelang-cpu`, compiled and run). The GPU backends run the
+an error), and TileLang's C target (`tilelang-cpu`, compiled and run on tensors fenced in by NaN,
+tests/fenced.py). The GPU backends run the
 same cases in tests/gpu/test_gpu_quick.py.
 """
 
@@ -16,6 +17,7 @@ import torch
 import tkc
 from dsl.interpreter import run
 from edge_shapes import ROOT, all_cases, dists, files_without_spec
+from fenced import launch_fenced
 from tkc import driver, oracle
 
 CASES = all_cases()
@@ -63,6 +65,5 @@ def test_tilelang_cpu_at_tile_edges(path, case, values):
     kernel = tkc.compile(full, target="tilelang-cpu", **consts)
     for seed, dist in enumerate(dists(path)):
         inputs = oracle.random_inputs(module, seed, "cpu", dist)
-        results = kernel(*inputs)
-        results = list(results) if isinstance(results, tuple) else [results]
+        results = launch_fenced(kernel, inputs)
         check_outputs(module, inputs, results, f"tilelang-cpu {case} {dist}")

@@ -164,6 +164,9 @@ def test_value_out_of_scope_after_its_loop():
       "tile.copy(%x, %y) loc(\"k.tk\":7:2)"], (7, 2), "shape mismatch: `%x` is frag<f16[BM, K]>, `%y` is frag<f32[BM, 8]>"),
     (["%x = tile.alloc() : shared<f16[BM, K]> loc(\"k.tk\":4:9)", "%y = tile.alloc() : frag<f32[BM, 8]> loc(\"k.tk\":5:9)",
       "tile.gemm(%x, %x, %y) loc(\"k.tk\":8:3)"], (8, 3), "gemm shapes do not agree"),
+    (["%a = tile.alloc() : shared<f16[BM, K]> loc(\"k.tk\":4:9)", "%b = tile.alloc() : shared<f16[32, 16]> loc(\"k.tk\":5:9)",
+      "%c = tile.alloc() : frag<f32[BM, 16]> loc(\"k.tk\":6:9)",
+      "tile.gemm(%a, %b, %c) loc(\"k.tk\":8:4)"], (8, 4), "gemm shapes do not agree"),  # only K differs
     (["%x = tile.alloc() : frag<f16[BM, K]> loc(\"k.tk\":4:9)", "%y = tile.alloc() : frag<f16[BM, 8]> loc(\"k.tk\":5:9)",
       "tile.elementwise(%x, %y, %y) {fn = \"add\"} loc(\"k.tk\":9:4)"], (9, 4), "shape mismatch: input `%x`"),
     (["%x = tile.alloc() : frag<f16[BM, K]> loc(\"k.tk\":4:9)",
@@ -213,6 +216,19 @@ def test_verifier_use_before_def_in_a_built_module():
     assert d.loc == Loc("p.tk", 3, 5)
     assert d.message == "invalid IR: operand `%t` is used before it is defined or outside its scope (after pass `x`)"
     verify(_module_with([alloc, fill]))  # the right order verifies
+
+
+def test_verifier_value_of_a_loop_body_is_out_of_scope_after_the_loop():
+    t = Value("t", TileType("frag", "f16", (exprs.Num(8),)))
+    loop = O.ForOp(attrs={"var": "i", "lo": "0", "hi": "2", "kind": "serial"},
+                   regions=[Region([O.AllocOp(results=[t], loc=Loc("p.tk", 3, 5))])], loc=Loc("p.tk", 2, 5))
+    fill = O.FillOp(operands=[t], attrs={"value": 1.0}, loc=Loc("p.tk", 5, 5))
+    with pytest.raises(TkError) as info:
+        verify(_module_with([loop, fill]))
+    (d,) = info.value.diagnostics
+    assert d.loc == Loc("p.tk", 5, 5) and "outside its scope" in d.message
+    loop.regions[0].ops.append(O.FillOp(operands=[t], attrs={"value": 1.0}, loc=Loc("p.tk", 4, 5)))
+    verify(_module_with([loop]))  # used inside the loop it verifies
 
 
 def test_verifier_unregistered_op_and_duplicate_names():

@@ -2,8 +2,9 @@
 `cuda`) at every tile edge of tests/edge_shapes.py, on every input distribution of tkc/oracle.py,
 against torch in float64 on the same inputs, within the tolerance derived from the kernel's dtypes
 and reduction length. The one allowed outcome besides a match is TileLang's located diagnostic
-for a register tile it cannot lay out over the block's threads (reported as xfail). Outputs are poisoned (NaN) before each launch, so an element the kernel
-never writes fails.
+for a register tile it cannot lay out over the block's threads (reported as xfail). Inputs and
+outputs are fenced in by NaN and outputs start all NaN (tests/fenced.py): a load past a tensor's
+end, a store past it and an element the kernel never writes all fail.
 
 All kernels are compiled first, in parallel worker processes that fill a shared cache (a
 TileLang or nvcc build takes seconds; serially the tier would not fit its 3 minutes). Run on the
@@ -26,6 +27,7 @@ from tkc import driver, oracle
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from edge_shapes import ROOT, all_cases, dists  # noqa: E402
+from fenced import launch_fenced  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -87,27 +89,10 @@ def test_gpu_backend_at_tile_edges(target, path, case, values, cache_dir):
     budgets = oracle.error_budgets(module)
     for seed, dist in enumerate(dists(path)):
         inputs = oracle.random_inputs(module, seed, "cuda", dist)
-        results = _launch_poisoned(kernel, inputs)
+        results = launch_fenced(kernel, inputs)
         refs = oracle.reference(module, inputs)
         assert len(refs) == len(results)
         for (name, dtype), out, ref in zip(oracle.outputs(module), results, refs):
             assert ref.abs().max().item() > 0, f"{name}: the reference is all zeros"
             err, tol = oracle.rel_error(out, ref), budgets[name].tol(dtype)
             assert err <= tol, f"{target} {case} {dist}: `{name}` relative error {err:.3e} > tolerance {tol:.3e}"
-
-
-def _launch_poisoned(kernel, inputs):
-    """Run `kernel`, with every output allocation pre-filled with NaN (ints: -1)."""
-    artifact, jit = kernel.specialize(kernel.bind_dims(inputs))
-    from tkc.runtime import TORCH_DTYPES
-
-    env = artifact.module.env
-    args = artifact.module.func.body.args
-    outs = []
-    for i in artifact.module.func.attrs["outputs"]:
-        dtype = getattr(torch, TORCH_DTYPES[args[i].type.dtype])
-        fill = float("nan") if dtype.is_floating_point else -1
-        outs.append(torch.full(args[i].type.concrete_shape(env), fill, dtype=dtype, device="cuda"))
-    jit(*[t.contiguous() for t in inputs], *outs)
-    torch.cuda.synchronize()
-    return outs

@@ -1,0 +1,68 @@
+"""Launch a compiled kernel on tensors fenced in by poison, so that an access past a tensor's end
+shows in the results.
+
+Every input and output is a view into a larger buffer whose `FENCE` elements before and after the
+tensor hold NaN (integer tensors: their dtype's most negative value); outputs start all NaN too.
+A load one element past a tensor's end then reads NaN into the tile (a reduction or a gemm over
+the padding turns its result into NaN, where a zero-filled neighbour in a fresh allocation would
+have hidden it); a store past the end changes a fence, which `launch_fenced` reports; an output
+element the kernel never writes stays NaN. Used by tests/test_edges.py (`tilelang-cpu`) and
+tests/gpu/test_gpu_quick.py (`tilelang`, `cuda`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+FENCE = 4096  # elements on each side: more than a row of any tile-edge case; keeps 16-byte alignment
+
+
+def _poison(dtype: torch.dtype):
+    return float("nan") if dtype.is_floating_point else torch.iinfo(dtype).min
+
+
+def fenced(shape, dtype: torch.dtype, device, values: torch.Tensor | None = None):
+    """(view, buffer): a contiguous tensor of `shape` in the middle of a poisoned buffer, holding
+    `values` (else poison)."""
+    numel = 1
+    for n in shape:
+        numel *= int(n)
+    buf = torch.full((FENCE + numel + FENCE,), _poison(dtype), dtype=dtype, device=device)
+    view = buf[FENCE:FENCE + numel].view(tuple(shape))
+    if values is not None:
+        view.copy_(values)
+    return view, buf
+
+
+def _fences_intact(view: torch.Tensor, buf: torch.Tensor) -> bool:
+    for part in (buf[:FENCE].cpu(), buf[FENCE + view.numel():].cpu()):
+        if view.dtype.is_floating_point:  # NaN != NaN
+            if not bool(torch.isnan(part).all()):
+                return False
+        elif not bool((part == _poison(view.dtype)).all()):
+            return False
+    return True
+
+
+def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Run `kernel` (a tkc Kernel) on fenced copies of `inputs` into fenced, all-poison outputs;
+    returns the outputs. Raises AssertionError when the kernel wrote into any fence (a store past
+    a tensor's end or before its start)."""
+    from tkc.runtime import TORCH_DTYPES
+
+    artifact, jit = kernel.specialize(kernel.bind_dims(inputs))
+    env = artifact.module.env
+    args = artifact.module.func.body.args
+    device = inputs[0].device
+    ins = [fenced(t.shape, t.dtype, device, t) for t in inputs]
+    outs = []
+    for i in artifact.module.func.attrs["outputs"]:
+        dtype = getattr(torch, TORCH_DTYPES[args[i].type.dtype])
+        outs.append(fenced(args[i].type.concrete_shape(env), dtype, device))
+    jit(*[v for v, _ in ins], *[v for v, _ in outs])
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    for kind, pairs in (("input", ins), ("output", outs)):
+        for n, (view, buf) in enumerate(pairs):
+            assert _fences_intact(view, buf), f"the kernel wrote outside {kind} {n} (shape {tuple(view.shape)})"
+    return [v for v, _ in outs]
