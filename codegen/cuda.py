@@ -33,7 +33,7 @@ from codegen.cuda_loops import LoopMixin
 from codegen.cuda_signal import Signal, plan_signal
 from codegen.cuda_plan import (Access, OTHER, SyncState, chunk_map, chunk_width, make_plan, numel,
                                shape_of)
-from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, PRELUDE, SIGNAL_PRELUDE, SIZES, apply, combine, compute_dtype, convert, identity, literal
+from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, COMPARE, PRELUDE, SIGNAL_PRELUDE, SIZES, apply, combine, compute_dtype, convert, identity, literal
 
 ARCH = "sm_90a"
 SMEM_LIMIT = SMEM_LIMITS["sm_90"]
@@ -478,14 +478,23 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
 
     def op_elementwise(self, op: Op, d: int) -> None:
         out, ins = op.operands[-1], op.operands[:-1]
-        ct = compute_dtype(out.type.dtype)
         fn = op.attrs["fn"]
+        # comparisons compute in their inputs' f32 (f64) and give a bool; `where` selects in the
+        # output dtype, its condition a bool
+        ct = compute_dtype(out.type.dtype)
+        rt = ct  # the dtype of apply's result
+        if fn in COMPARE:
+            ct = "f64" if any(v.type.dtype == "f64" for v in ins) else "f32"
+            rt = "bool"
+        elif fn == "where":
+            ct = rt = out.type.dtype
+        arg_types = ["bool" if fn == "where" and k == 0 else ct for k in range(len(ins))]
 
         def body(ch, dd):
             readers = [self.read(v, ch, dd, f"in{k}") for k, v in enumerate(ins)]
-            args = lambda e: [convert(r(e), v.type.dtype, ct) for r, v in zip(readers, ins)]  # noqa: E731
+            args = lambda e: [convert(r(e), v.type.dtype, t) for r, v, t in zip(readers, ins, arg_types)]  # noqa: E731
             extra = [literal(op.attrs["scalar"], ct)] if "scalar" in op.attrs else []
-            self.write(out, ch, dd, lambda e: convert(apply(fn, args(e) + extra, ct), ct, out.type.dtype), "ov")
+            self.write(out, ch, dd, lambda e: convert(apply(fn, args(e) + extra, ct), rt, out.type.dtype), "ov")
 
         self.chunk_loop(shape_of(out), d, body)
 

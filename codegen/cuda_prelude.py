@@ -11,8 +11,9 @@ output dtype, exactly as dsl/interpreter.py defines it.
 from __future__ import annotations
 
 C_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float", "f64": "double", "i8": "int8_t",
-           "i32": "int32_t"}
-SIZES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "i32": 4}
+           "i32": "int32_t", "bool": "bool"}
+SIZES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "i32": 4, "bool": 1}
+COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 # dtypes mma.sync m16n8k16 takes as operands with an f32 accumulator (sm_80+: f16 and bf16).
 MMA_DTYPES = ("f16", "bf16")
 
@@ -27,6 +28,12 @@ def convert(x: str, src: str, dst: str) -> str:
     (`round_to`): floats round to nearest even, ints truncate toward zero and saturate."""
     if src == dst:
         return x
+    if dst == "bool":  # like C and the interpreter: nonzero (NaN included) is true
+        return f"({convert(x, src, 'f64' if src == 'f64' else 'f32')} != 0)"
+    if src == "bool":
+        x, src = f"static_cast<float>({x})", "f32"
+        if dst == "f32":
+            return x
     if dst in ("f32", "f64"):
         if src == "f16":
             x = f"__half2float({x})"
@@ -61,11 +68,25 @@ def apply(fn: str, args: list[str], ct: str) -> str:
     binary = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
     if fn in binary:
         return f"{x} {binary[fn]} {args[1]}"
+    if fn in ("rsub", "rdiv"):  # the scalar on the left
+        return f"{args[1]} {binary[fn[1:]]} {x}"
+    if fn in COMPARE:
+        return f"({x} {COMPARE[fn]} {args[1]})"
+    if fn == "where":
+        return f"({x} ? {args[1]} : {args[2]})"
     if fn in ("max", "min"):
         return f"f{fn}{f}({x}, {args[1]})"
+    if fn == "pow":
+        return f"pow{f}({x}, {args[1]})"
     return {
         "neg": f"-{x}",
         "exp": f"exp{f}({x})",
+        "exp2": f"exp2{f}({x})",
+        "log": f"log{f}({x})",
+        "sin": f"sin{f}({x})",
+        "cos": f"cos{f}({x})",
+        "tanh": f"tanh{f}({x})",
+        "sigmoid": f"{one} / ({one} + exp{f}(-{x}))",
         "relu": f"fmax{f}({x}, {zero})",
         "silu": f"{x} / ({one} + exp{f}(-{x}))",
         "abs": f"fabs{f}({x})",

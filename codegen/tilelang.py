@@ -22,7 +22,7 @@ from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
 
 TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64": "T.float64",
-             "i8": "T.int8", "i32": "T.int32"}
+             "i8": "T.int8", "i32": "T.int32", "bool": "T.bool"}
 # TileLang 0.1.15's automatic warp specialization (a TMA producer warpgroup added to pipelined
 # kernels on sm_90) miscompiles some partial tiles: seed 000 variant 2 at M=1, N=48, K=16, R=16
 # stored the same register for every column on an H200 (relative error 0.84; correct with it off,
@@ -38,7 +38,8 @@ __device__ __forceinline__ void* tkc_peer_ptr(void* p, int rank) {
 """
 '''
 _IDX = "ijkl"
-_TRANSCENDENTAL = ("exp", "sqrt", "rsqrt", "silu")
+_COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+_TRANSCENDENTAL = ("exp", "exp2", "log", "sin", "cos", "tanh", "sigmoid", "pow", "sqrt", "rsqrt", "silu")
 # Smallest tile T.gemm takes on tensor cores (per dim M, N, K), TileLang 0.1.15 on sm_80/sm_90.
 MMA_MIN = (16, 16, 16)
 
@@ -129,7 +130,10 @@ class _Emitter:
                 self.line(0, f"{k} = {consts[k]}")
         self.line(0, "")
         args = func.body.args
-        params = ", ".join(f"{self.name(a)}: T.Tensor(({', '.join(self.dims(a))},), {TL_DTYPES[a.type.dtype]})"
+        # a bool tensor is a uint8 buffer (0 or 1): TVM's C host code takes int8_t* for bool ones;
+        # tkc/runtime.py passes torch bool tensors as uint8 views
+        params = ", ".join(f"{self.name(a)}: T.Tensor(({', '.join(self.dims(a))},), "
+                           f"{'T.uint8' if a.type.dtype == 'bool' else TL_DTYPES[a.type.dtype]})"
                            for a in args)
         self.line(0, "")
         self.line(0, "@T.prim_func")
@@ -411,13 +415,16 @@ class _Emitter:
         gref = f"{self.name(tensor)}[{', '.join(gidx)}]"
         tref = self.at(tile, idx)
         if load:
-            value = self.cast(gref, tensor.type.dtype, tile.type.dtype)
+            value = self.cast(f"({gref} != T.uint8(0))" if tensor.type.dtype == "bool" else gref,
+                              tensor.type.dtype, tile.type.dtype)
             if conds:
                 zero = f"T.Cast({TL_DTYPES[tile.type.dtype]}, 0)"
                 value = f"T.if_then_else({' and '.join(conds)}, {value}, {zero})"
             self.line(d, f"{tref} = {value}")
             return
         value = self.cast(tref, tile.type.dtype, tensor.type.dtype)
+        if tensor.type.dtype == "bool":
+            value = f"T.Cast(T.uint8, {value})"
         if conds:
             self.line(d, f"if {' and '.join(conds)}:")
             d += 1
@@ -427,14 +434,21 @@ class _Emitter:
         out, ins = op.operands[-1], op.operands[:-1]
         # Mixed dtypes and transcendental functions compute in f32 (f64 for f64), like the
         # interpreter; a single add/sub/mul/div in f16 rounds the same either way.
-        wide = any(v.type.dtype != out.type.dtype for v in ins) or op.attrs["fn"] in _TRANSCENDENTAL
+        # Comparisons compute in their inputs' f32 (f64); `where` selects in the output dtype.
+        fn = op.attrs["fn"]
+        wide = any(v.type.dtype != out.type.dtype for v in ins) or fn in _TRANSCENDENTAL
         compute = ("f64" if out.type.dtype == "f64" else "f32") if wide else out.type.dtype
+        if fn in _COMPARE:
+            compute = "f64" if any(v.type.dtype == "f64" for v in ins) else "f32"
+        elif fn == "where":
+            compute = out.type.dtype
         idx, d = self.loop_nest(self.dims(out), depth)
-        args = [self.cast(self.at(v, idx, broadcast=True), v.type.dtype, compute) for v in ins]
+        args = [self.cast(self.at(v, idx, broadcast=True), v.type.dtype, "bool" if fn == "where" and k == 0 else compute)
+                for k, v in enumerate(ins)]
         if "scalar" in op.attrs:
             args.append(f"{TL_DTYPES[compute]}({op.attrs['scalar']!r})")
-        text = _apply(op.attrs["fn"], args, TL_DTYPES[compute])
-        self.line(d, f"{self.at(out, idx)} = {self.cast(text, compute, out.type.dtype)}")
+        text = _apply(fn, args, TL_DTYPES[compute])
+        self.line(d, f"{self.at(out, idx)} = {self.cast(text, 'bool' if fn in _COMPARE else compute, out.type.dtype)}")
 
     def op_reduce(self, op: Op, depth: int) -> None:
         src, dst = op.operands
@@ -494,8 +508,16 @@ def _apply(fn: str, args: list[str], dtype: str) -> str:
     binary = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
     if fn in binary:
         return f"{x} {binary[fn]} {args[1]}"
-    if fn in ("max", "min"):
+    if fn in ("rsub", "rdiv"):  # the scalar on the left
+        return f"{args[1]} {binary[fn[1:]]} {x}"
+    if fn in _COMPARE:
+        return f"{x} {_COMPARE[fn]} {args[1]}"
+    if fn == "where":
+        return f"T.if_then_else({x}, {args[1]}, {args[2]})"
+    if fn in ("max", "min", "pow"):
         return f"T.{fn}({x}, {args[1]})"
+    if fn == "sigmoid":
+        return f"{dtype}(1) / ({dtype}(1) + T.exp(-{x}))"
     if fn == "neg":
         return f"-{x}"
     if fn == "abs":  # TileLang's C target has no fabs lowering
@@ -504,4 +526,4 @@ def _apply(fn: str, args: list[str], dtype: str) -> str:
         return f"T.max({x}, {dtype}(0))"
     if fn == "silu":
         return f"{x} / ({dtype}(1) + T.exp(-{x}))"
-    return f"T.{fn}({x})"  # exp, sqrt, rsqrt
+    return f"T.{fn}({x})"  # exp exp2 log sin cos tanh sqrt rsqrt

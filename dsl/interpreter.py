@@ -19,7 +19,7 @@ import numpy as np
 from dsl import exprs
 from dsl.ir import Module, Op, Value
 from dsl.ops import shared_accesses
-from dsl.types import DTYPES
+from dsl.types import DTYPES, promote_all
 
 _POISON_INT = -0x5A5A5A5A
 
@@ -34,6 +34,8 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
         bits = np.asarray(x, np.float32).view(np.uint32)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
         return bits.astype(np.uint32).view(np.float32)
+    if dtype == "bool":  # like C: nonzero (NaN included) is true
+        return np.asarray(x) != 0
     if dtype in ("i8", "i32"):  # like C: truncate toward zero (saturate where C is undefined)
         info = np.iinfo(np_dtype(dtype))
         return np.clip(np.trunc(x), info.min, info.max).astype(np_dtype(dtype))
@@ -51,12 +53,16 @@ def _poison(shape, dtype: str) -> np.ndarray:
 
 
 _UNARY = {
-    "neg": np.negative, "exp": np.exp, "abs": np.abs, "sqrt": np.sqrt,
+    "neg": np.negative, "exp": np.exp, "exp2": np.exp2, "log": np.log, "sin": np.sin, "cos": np.cos,
+    "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "abs": np.abs, "sqrt": np.sqrt,
     "relu": lambda x: np.maximum(x, 0), "silu": lambda x: x / (1 + np.exp(-x)),
     "rsqrt": lambda x: 1 / np.sqrt(x),
 }
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+           "rsub": lambda x, y: y - x, "rdiv": lambda x, y: y / x, "pow": np.power,
            "max": np.maximum, "min": np.minimum}
+_COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+            "eq": np.equal, "ne": np.not_equal}
 _REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
 
 
@@ -310,11 +316,21 @@ class _Block:
 
     def op_elementwise(self, op: Op) -> None:
         out = op.operands[-1]
-        ct = _compute_dtype(out.type.dtype)
-        ins = [self.arrays[id(v)].astype(ct) for v in op.operands[:-1]]
         fn = op.attrs["fn"]
+        # comparisons run in their inputs' compute dtype; everything else in the output's
+        # (a select, exact, in the output's storage type)
+        ct = _compute_dtype(promote_all([v.type.dtype for v in op.operands[:-1]]) if fn in _COMPARE
+                            else out.type.dtype)
+        if fn == "where":
+            ct = np_dtype(out.type.dtype).type
+        ins = [self.arrays[id(v)].astype(ct) for v in op.operands[:-1]]
         with np.errstate(all="ignore"):
-            if fn in _UNARY:
+            if fn == "where":  # a select: the branch not taken cannot leak (NaN stays out)
+                res = np.where(ins[0] != 0, ins[1], ins[2])
+            elif fn in _COMPARE:
+                rhs = ins[1] if len(ins) == 2 else ct(op.attrs["scalar"])
+                res = _COMPARE[fn](ins[0], rhs)
+            elif fn in _UNARY:
                 res = _UNARY[fn](ins[0])
             else:
                 rhs = ins[1] if len(ins) == 2 else ct(op.attrs["scalar"])

@@ -14,20 +14,47 @@ from dsl.diagnostics import Loc, error
 from dsl.ir import Value
 from dsl.types import DTYPES, FLOAT_DTYPES, TileType, promote
 
-UNARY_CALLS = {"exp": "exp", "relu": "relu", "silu": "silu", "abs": "abs", "sqrt": "sqrt", "rsqrt": "rsqrt"}
+UNARY_CALLS = {f: f for f in ("exp", "exp2", "log", "sin", "cos", "tanh", "sigmoid", "relu", "silu", "abs",
+                                "sqrt", "rsqrt")}
 BIN_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
+CMP_OPS = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+# a comparison with the number on the left, turned around: `0.0 < x` is `x > 0.0`
+CMP_SWAPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+_BOOL_HINT = "a bool tile takes `where(c, a, b)`, `==`/`!=` and `cast(c, f32)` (0 or 1)"
 SPACE_CALLS = ("shared", "frag", "local")
 # Reductions along an axis (the reduced dim is kept with extent 1), named as in torch.
 REDUCE_CALLS = {"sum": "sum", "amax": "max", "amin": "min"}
 
 
-def _number(e: A.Expr) -> float | None:
-    """The value of a numeric literal, possibly negated; None for anything else."""
-    if isinstance(e, (A.IntLit, A.FloatLit)):
+def _number(e: A.Expr, env: dict[str, int] | None = None) -> float | None:
+    """The value of a number in a tile expression, None if `e` is not one: a literal, a dim or
+    schedule constant of `env`, or `+ - * / %` and unary `-` over those (`ss / N`, `1.0 / BN`).
+    Integers combine as in index expressions (`/` is floor division, `N / 2` is 3 for N = 7);
+    once a float literal takes part, `/` is true division (`1.0 / N`)."""
+    v = _fold(e, env or {})
+    return None if v is None else float(v)
+
+
+def _fold(e: A.Expr, env: dict[str, int]) -> int | float | None:
+    if isinstance(e, A.IntLit):
+        return int(e.value)
+    if isinstance(e, A.FloatLit):
         return float(e.value)
+    if isinstance(e, A.Name):
+        return env.get(e.id)
     if isinstance(e, A.Neg):
-        v = _number(e.operand)
+        v = _fold(e.operand, env)
         return None if v is None else -v
+    if isinstance(e, A.BinOp) and e.op in ("+", "-", "*", "/", "%"):
+        a, b = _fold(e.lhs, env), _fold(e.rhs, env)
+        if a is None or b is None:
+            return None
+        if e.op in ("/", "%") and b == 0:
+            raise error(e.loc, f"division by zero in `{e.op}`")
+        if e.op == "/":
+            return a // b if isinstance(a, int) and isinstance(b, int) else a / b
+        return {"+": a + b, "-": a - b, "*": a * b, "%": a % b if isinstance(a, int) and isinstance(b, int)
+                else None}[e.op]
     return None
 
 
@@ -127,7 +154,7 @@ class ExprLowerer:
             return self.tile_var(e.id, e.loc)
         if isinstance(e, A.Index):
             return self.load(e, "frag")
-        if isinstance(e, (A.IntLit, A.FloatLit)):
+        if self.number(e) is not None:
             raise error(e.loc, "a bare number is not a tile", "use `full(f32[BM, BN], 1.0)` or combine it with a tile")
         if isinstance(e, A.Neg):
             x = self.tile(e.operand)
@@ -152,7 +179,10 @@ class ExprLowerer:
         return v
 
     def unary(self, fn: str, x: Value, loc: Loc, scalar: float | None = None) -> Value:
-        out = self.temp(x.type.with_space("frag"), loc)
+        if x.type.dtype == "bool" and fn not in ("eq", "ne"):
+            raise error(loc, f"`{fn}` is not defined on bool tiles", _BOOL_HINT)
+        dtype = "bool" if fn in CMP_SWAPPED else x.type.dtype
+        out = self.temp(TileType("frag", dtype, x.type.shape), loc)
         attrs = {"fn": fn} if scalar is None else {"fn": fn, "scalar": scalar}
         self.emit(O.ElementwiseOp(operands=[x, out], attrs=attrs, loc=loc))
         return out
@@ -166,25 +196,77 @@ class ExprLowerer:
             self.emit(O.FillOp(operands=[acc], attrs={"value": 0.0}, loc=e.loc))
             self.emit(O.GemmOp(operands=[a, b, acc], loc=e.loc))
             return acc
+        if e.op in CMP_OPS:
+            return self.compare(e)
         if e.op not in BIN_OPS:
             raise error(e.loc, f"operator `{e.op}` is not defined on tiles")
         for lit, other, swap in ((e.rhs, e.lhs, False), (e.lhs, e.rhs, True)):
-            value = _number(lit)
+            value = self.number(lit)
             if value is not None:
-                if swap and e.op in ("-", "/"):
-                    raise error(e.loc, f"`number {e.op} tile` is not supported",
-                                f"write `tile {e.op} number` or use a tile on both sides")
-                return self.unary(BIN_OPS[e.op], self.tile(other), e.loc, scalar=value)
+                fn = BIN_OPS[e.op]
+                if swap and e.op in ("-", "/"):  # `1.0 - t`, `1.0 / t`
+                    fn = "r" + fn
+                return self.unary(fn, self.tile(other), e.loc, scalar=value)
         return self.elementwise(BIN_OPS[e.op], self.tile(e.lhs), self.tile(e.rhs), e.loc, f"`{e.op}`")
 
-    def elementwise(self, fn: str, a: Value, b: Value, loc: Loc, what: str) -> Value:
-        """A fresh frag tile holding fn(a, b); dims of size 1 broadcast on either side."""
+    def compare(self, e: A.BinOp) -> Value:
+        """`x < y` and the other comparisons: a bool tile (a number on either side)."""
+        fn = CMP_OPS[e.op]
+        for lit, other, swap in ((e.rhs, e.lhs, False), (e.lhs, e.rhs, True)):
+            value = self.number(lit)
+            if value is not None:
+                return self.unary(CMP_SWAPPED[fn] if swap else fn, self.tile(other), e.loc, scalar=value)
+        return self.elementwise(fn, self.tile(e.lhs), self.tile(e.rhs), e.loc, f"`{e.op}`", dtype="bool")
+
+    def where(self, e: A.Call) -> Value:
+        """`where(c, a, b)`: a where c is true, else b; c a bool tile, a and b tiles or numbers
+        (a number becomes a tile of the other branch's dtype, f32 if both are numbers)."""
+        c = self.tile(e.args[0])
+        if c.type.dtype != "bool":
+            raise error(e.args[0].loc, f"the condition of `where` must be a bool tile, got {c.type.dtype}",
+                        "compare to make one: `where(x > 0.0, x, 0.0)`")
+        values = [self.number(a) for a in e.args[1:]]
+        tiles = [None if v is not None else self.tile(a) for a, v in zip(e.args[1:], values)]
+        dtype = promote(*[t.type.dtype for t in tiles]) if all(tiles) else next(
+            (t.type.dtype for t in tiles if t is not None), "f32")
+        shape = c.type.shape
+        for t in tiles:
+            if t is not None:
+                shape = self.broadcast_shape(c, t, shape, e.loc)
+        ins = [c]
+        for t, v in zip(tiles, values):
+            if t is None:  # a number: a filled tile of c's shape
+                t = self.temp(TileType("frag", dtype, c.type.shape), e.loc)
+                self.emit(O.FillOp(operands=[t], attrs={"value": v}, loc=e.loc))
+            ins.append(t)
+        out = self.temp(TileType("frag", dtype, shape), e.loc)
+        self.emit(O.ElementwiseOp(operands=[*ins, out], attrs={"fn": "where"}, loc=e.loc))
+        return out
+
+    def broadcast_shape(self, a: Value, b: Value, shape, loc: Loc):
+        """The shape `shape` (a's, symbolic) broadcast against b's; raises on a mismatch."""
+        sa, sb = tuple(exprs.evaluate(d, self.env) for d in shape), b.type.concrete_shape(self.env)
+        if len(sa) != len(sb) or any(x != y and 1 not in (x, y) for x, y in zip(sa, sb)):
+            raise error(loc, f"shape mismatch in `where`: {list(sa)} and {b.type.dtype}{list(sb)}",
+                        "operands must have equal shapes (dims of size 1 broadcast)")
+        return tuple(da if x >= y else db for x, y, da, db in zip(sa, sb, shape, b.type.shape))
+
+    def number(self, e: A.Expr) -> float | None:
+        """`e`'s value if it is a number (a literal, dims and constants; see `_number`)."""
+        return _number(e, self.env)
+
+    def elementwise(self, fn: str, a: Value, b: Value, loc: Loc, what: str, dtype: str | None = None) -> Value:
+        """A fresh frag tile holding fn(a, b) (of `dtype`, else the promoted dtype); dims of size 1
+        broadcast on either side."""
+        bools = [t for t in (a, b) if t.type.dtype == "bool"]
+        if bools and fn not in ("eq", "ne"):
+            raise error(loc, f"{what} is not defined on bool tiles", _BOOL_HINT)
         sa, sb = (t.type.concrete_shape(self.env) for t in (a, b))
         if len(sa) != len(sb) or any(x != y and 1 not in (x, y) for x, y in zip(sa, sb)):
             raise error(loc, f"shape mismatch in {what}: {a.type.dtype}{list(sa)} and {b.type.dtype}{list(sb)}",
                         "operands must have equal shapes (dims of size 1 broadcast)")
         shape = tuple(da if x >= y else db for x, y, da, db in zip(sa, sb, a.type.shape, b.type.shape))
-        out = self.temp(TileType("frag", promote(a.type.dtype, b.type.dtype), shape), loc)
+        out = self.temp(TileType("frag", dtype or promote(a.type.dtype, b.type.dtype), shape), loc)
         self.emit(O.ElementwiseOp(operands=[a, b, out], attrs={"fn": fn}, loc=loc))
         return out
 
@@ -208,6 +290,8 @@ class ExprLowerer:
         sa, sb = (t.type.concrete_shape(self.env) for t in (a, b))
         if len(sa) != 2 or len(sb) != 2:
             raise error(loc, f"`@` needs 2-d tiles, got {a.type.dtype}{list(sa)} and {b.type.dtype}{list(sb)}")
+        if "bool" in (a.type.dtype, b.type.dtype):
+            raise error(loc, "`@` is not defined on bool tiles", _BOOL_HINT)
         if sa[1] != sb[0]:
             raise error(loc, f"shape mismatch in `@`: {a.type.dtype}{list(sa)} @ {b.type.dtype}{list(sb)}",
                         f"the inner dims must agree ({sa[1]} vs {sb[0]})")
@@ -231,9 +315,10 @@ class ExprLowerer:
             t = self.type_arg(args[0])
             value = 0.0
             if fn == "full":
-                value = _number(args[1])
+                value = self.number(args[1])
                 if value is None:
-                    raise error(args[1].loc, "`full` takes a number as its fill value")
+                    raise error(args[1].loc, "`full` takes a number as its fill value",
+                                "a literal, a dim or constant, or arithmetic on those")
             v = self.temp(t, e.loc)
             self.emit(O.FillOp(operands=[v], attrs={"value": value}, loc=e.loc))
             return v
@@ -260,16 +345,29 @@ class ExprLowerer:
         if fn in ("max", "min"):
             want(2)
             for i in (1, 0):  # max(x, 0.0) and max(0.0, x): elementwise with a scalar
-                value = _number(args[i])
+                value = self.number(args[i])
                 if value is not None:
                     return self.unary(fn, self.tile(args[1 - i]), e.loc, scalar=value)
             return self.elementwise(fn, self.tile(args[0]), self.tile(args[1]), e.loc, f"`{fn}`")
+        if fn == "where":
+            want(3)
+            return self.where(e)
+        if fn == "pow":
+            want(2)
+            if self.number(args[0]) is not None:
+                raise error(args[0].loc, "`pow` takes a tile as its base",
+                            "for a number base b write `exp2(x * log2(b))` with log2(b) as a number")
+            value = self.number(args[1])
+            if value is not None:
+                return self.unary("pow", self.tile(args[0]), e.loc, scalar=value)
+            return self.elementwise("pow", self.tile(args[0]), self.tile(args[1]), e.loc, "`pow`")
         if fn in REDUCE_CALLS:
             x, axis, result = self.reduction(e)
             out = self.temp(result, e.loc)
             self.emit(O.ReduceOp(operands=[x, out], attrs={"fn": REDUCE_CALLS[fn], "axis": axis}, loc=e.loc))
             return out
-        known = ["zeros", "full", "cast", *SPACE_CALLS, *UNARY_CALLS, "max", "min", *REDUCE_CALLS, "peer"]
+        known = ["zeros", "full", "cast", *SPACE_CALLS, *UNARY_CALLS, "max", "min", "pow", "where", *REDUCE_CALLS,
+                 "peer"]
         raise error(e.loc, f"unknown function `{fn}`", f"tile functions: {', '.join(known)}")
 
     def reduction(self, e: A.Call) -> tuple[Value, int, TileType]:
@@ -279,6 +377,9 @@ class ExprLowerer:
         if len(e.args) != 2:
             raise error(e.loc, f"`{e.fn}` takes 2 arguments, got {len(e.args)}")
         x = self.tile(e.args[0])
+        if x.type.dtype == "bool":
+            raise error(e.args[0].loc, f"`{e.fn}` is not defined on bool tiles",
+                        "count with `sum(cast(c, f32), axis)`")
         axis = exprs.evaluate(self.index(e.args[1], allow_vars=False), self.env)
         if not 0 <= axis < x.type.rank:
             raise error(e.args[1].loc, f"axis {axis} out of range for a rank-{x.type.rank} tile")

@@ -13,8 +13,13 @@ from dsl import exprs
 from dsl.ir import Op
 from dsl.types import FLOAT_DTYPES
 
-UNARY = ("neg", "exp", "relu", "silu", "abs", "sqrt", "rsqrt")
-BINARY = ("add", "sub", "mul", "div", "max", "min")
+UNARY = ("neg", "exp", "exp2", "log", "sin", "cos", "tanh", "sigmoid", "relu", "silu", "abs", "sqrt", "rsqrt")
+# rsub(x, y) = y - x and rdiv(x, y) = y / x: a number on the left of `-` or `/` (`1.0 - t`)
+BINARY = ("add", "sub", "mul", "div", "rsub", "rdiv", "pow", "max", "min")
+# comparisons: binary, the output is a bool tile (with a `scalar`, the number is the right side)
+COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
+# where(cond, a, b): cond a bool tile; a select, so the branch not taken never leaks (NaN)
+TERNARY = ("where",)
 REDUCE = ("sum", "max", "min")
 LOOP_KINDS = ("serial", "pipelined", "unroll")
 
@@ -158,8 +163,11 @@ class CopyOp(Op):
 class ElementwiseOp(Op):
     """out = fn(inputs...) elementwise; last operand is the output (it may also be an input).
 
-    `fn` is unary (neg exp relu silu abs sqrt rsqrt) or binary (add sub mul div max min); a
-    binary fn with one input uses the float attribute `scalar` as its second operand. Inputs may
+    `fn` is unary (neg exp exp2 log sin cos tanh sigmoid relu silu abs sqrt rsqrt) or binary
+    (add sub mul div rsub rdiv pow max min; rsub(x, y) = y - x, rdiv(x, y) = y / x); a binary fn
+    with one input uses the float attribute `scalar` as its second operand; comparisons (lt le
+    gt ge eq ne) are binary and write a bool tile; `where` takes (cond, a, b), cond a bool tile.
+    Bool tiles take no other fn (arithmetic on them is an error; `eq`/`ne` compare them). Inputs may
     broadcast dims of size 1. Computation is in f32 (f64 for f64), rounded to the output dtype.
     Example: `tile.elementwise(%S, %a, %S) {fn = "add"} loc(...)`
     """
@@ -168,13 +176,22 @@ class ElementwiseOp(Op):
 
     def verify(self, fail, env):
         fn = self.attrs.get("fn")
-        if fn not in UNARY + BINARY:
+        if fn not in UNARY + BINARY + COMPARE + TERNARY:
             fail(f"unknown elementwise fn `{fn}`")
             return
         ins = self.operands[:-1]
-        want = 1 if fn in UNARY or "scalar" in self.attrs else 2
+        want = 3 if fn in TERNARY else 1 if fn in UNARY or "scalar" in self.attrs else 2
         if len(ins) != want:
             fail(f"`{fn}` takes {want} input(s), got {len(ins)}")
+            return
+        out_bool = self.operands[-1].type.dtype == "bool"
+        if (fn in COMPARE) != out_bool and not (fn == "where" and out_bool):
+            fail(f"`{fn}` {'must' if fn in COMPARE else 'cannot'} write a bool tile")
+        if fn == "where" and ins[0].type.dtype != "bool":
+            fail(f"the condition of `where` must be a bool tile, got {ins[0].type.dtype}")
+        bools = [v for v in ins[1 if fn == "where" else 0:] if v.type.dtype == "bool"]
+        if bools and fn not in ("eq", "ne", "where"):
+            fail(f"`{fn}` on bool tile `{bools[0]}`")
         out = _shape(self.operands[-1], env)
         for v in self.operands:
             if v.type.space == "global":
@@ -200,6 +217,8 @@ class ReduceOp(Op):
         if self.attrs.get("fn") not in REDUCE or len(self.operands) != 2:
             fail("`tile.reduce` takes fn in sum/max/min, a source and a destination")
             return
+        if "bool" in (self.operands[0].type.dtype, self.operands[1].type.dtype):
+            fail("`tile.reduce` on a bool tile")
         accumulate = self.attrs.get("accumulate", False)
         if not isinstance(accumulate, bool):
             fail(f"`accumulate` must be true or false, got {accumulate!r}")

@@ -21,6 +21,7 @@ DTYPES: dict[str, tuple[int, str, str]] = {
     "f64": (8, "float64", "float64"),
     "i8": (1, "int8", "int8"),
     "i32": (4, "int32", "int32"),
+    "bool": (1, "bool", "bool"),  # comparisons' results and masks: 1 byte, true or false
 }
 FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
 SPACES = ("global", "shared", "frag", "local")
@@ -66,7 +67,16 @@ def promote(a: str, b: str) -> str:
     """Result dtype of an elementwise op on `a` and `b`: the wider float, else the wider int."""
     if a == b:
         return a
-    order = ["i8", "i32", "f16", "bf16", "f32", "f64"]
+    order = ["bool", "i8", "i32", "f16", "bf16", "f32", "f64"]
     if {a, b} == {"f16", "bf16"}:
         return "f32"
     return max(a, b, key=order.index)
+
+
+def promote_all(dtypes) -> str:
+    """`promote` over several dtypes (at least one)."""
+    dtypes = list(dtypes)
+    out = dtypes[0]
+    for d in dtypes[1:]:
+        out = promote(out, d)
+    return out

@@ -57,6 +57,8 @@ SPECS: dict[str, Spec] = {
                                           dists=("normal", "negative", "offset", "ints")),
     "tests/programs/reduce.tk": Spec({"M": 40, "N": 40}, {"BM": 16}, {"M": "BM", "N": 16}),
     "tests/programs/row_sum_loop.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
+    "tests/programs/compare_where.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
+    "tests/programs/math_fns.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
     "tests/programs/floor_div.tk": Spec({"M": 40, "N": 67}, {"BM": 16}, {"M": "BM"}),
     "tests/programs/update_ops.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"},
                                          variants=({"BN": 6}, {"BN": 4})),  # 2- and 4-wide CUDA chunks

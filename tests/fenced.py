@@ -2,11 +2,12 @@
 shows in the results.
 
 Every input and output is a view into a larger buffer whose `FENCE` elements before and after the
-tensor hold NaN (integer tensors: their dtype's most negative value); outputs start all NaN too.
+tensor hold NaN (integer tensors: their dtype's most negative value; bool tensors: the byte 0xAA,
+which is neither false nor true); outputs start all poison too.
 A load one element past a tensor's end then reads NaN into the tile (a reduction or a gemm over
 the padding turns its result into NaN, where a zero-filled neighbour in a fresh allocation would
 have hidden it); a store past the end changes a fence, which `launch_fenced` reports; an output
-element the kernel never writes stays NaN. Used by tests/test_edges.py (`tilelang-cpu`) and
+element the kernel never writes stays NaN (a bool one stays 0xAA, which `launch_fenced` reports). Used by tests/test_edges.py (`tilelang-cpu`) and
 tests/gpu/test_gpu_quick.py (`tilelang`, `cuda`).
 """
 
@@ -17,7 +18,12 @@ import torch
 FENCE = 4096  # elements on each side: more than a row of any tile-edge case; keeps 16-byte alignment
 
 
+BOOL_POISON = 0xAA
+
+
 def _poison(dtype: torch.dtype):
+    if dtype == torch.bool:
+        return BOOL_POISON
     return float("nan") if dtype.is_floating_point else torch.iinfo(dtype).min
 
 
@@ -27,8 +33,9 @@ def fenced(shape, dtype: torch.dtype, device, values: torch.Tensor | None = None
     numel = 1
     for n in shape:
         numel *= int(n)
-    buf = torch.full((FENCE + numel + FENCE,), _poison(dtype), dtype=dtype, device=device)
-    view = buf[FENCE:FENCE + numel].view(tuple(shape))
+    storage = torch.uint8 if dtype == torch.bool else dtype  # bool: the poison byte is no bool value
+    buf = torch.full((FENCE + numel + FENCE,), _poison(dtype), dtype=storage, device=device)
+    view = buf[FENCE:FENCE + numel].view(dtype).view(tuple(shape))
     if values is not None:
         view.copy_(values)
     return view, buf
@@ -39,7 +46,7 @@ def _fences_intact(view: torch.Tensor, buf: torch.Tensor) -> bool:
         if view.dtype.is_floating_point:  # NaN != NaN
             if not bool(torch.isnan(part).all()):
                 return False
-        elif not bool((part == _poison(view.dtype)).all()):
+        elif not bool((part.to(torch.int64) == _poison(view.dtype)).all()):
             return False
     return True
 
@@ -65,4 +72,7 @@ def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     for kind, pairs in (("input", ins), ("output", outs)):
         for n, (view, buf) in enumerate(pairs):
             assert _fences_intact(view, buf), f"the kernel wrote outside {kind} {n} (shape {tuple(view.shape)})"
+            if kind == "output" and view.dtype == torch.bool:
+                unwritten = int((view.view(torch.uint8) > 1).sum())
+                assert unwritten == 0, f"the kernel left {unwritten} elements of bool output {n} unwritten"
     return [v for v, _ in outs]

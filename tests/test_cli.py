@@ -156,6 +156,36 @@ def test_opt_without_pipeline_prints_the_lowered_ir(capsys, tmp_path):
     assert rc == 0 and again == out
 
 
+def test_print_ir_after_all_without_pipeline_runs_the_default_pipeline(capsys):
+    path = os.path.join(ROOT, "examples", "miss.tk")
+    rc, out, _ = cli(capsys, "opt", path, "--print-ir-after-all")
+    assert rc == 0
+    heads = re.findall(r"^// -----// IR after `([a-z-]+)` //----- //$", out, re.M)
+    assert heads == [p.name for p in parse_pipeline(driver.default_pipeline("tilelang"))]
+    sections = re.split(r"^// -----// IR after `[a-z-]+` //----- //\n", out, flags=re.M)[1:]
+    final = driver.optimize(driver.frontend(path, {}), "tilelang")
+    from dsl.ir import print_module
+    assert sections[-1] == print_module(final)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message on a machine without a GPU")
+@pytest.mark.parametrize("target", ["tilelang", "cuda"])
+def test_run_on_a_gpu_target_without_a_gpu_is_a_user_error(capsys, cache_dir, target):
+    path = os.path.join(ROOT, "examples", "miss.tk")
+    rc, out, err = cli(capsys, "--cache-dir", cache_dir, "run", path, "--target", target)
+    assert rc == 1 and out == ""
+    assert err.startswith(f"{path}:8:1: error: target `{target}` needs a CUDA GPU, and torch sees none\n")
+    assert "note: run on the CPU with `--target tilelang-cpu`" in err and "internal" not in err
+
+
+def test_run_with_tensors_too_large_to_allocate_is_a_user_error(capsys, cache_dir):
+    path = os.path.join(ROOT, "examples", "miss.tk")
+    rc, out, err = cli(capsys, "--cache-dir", cache_dir, "run", path, "--target", "interp", "-D", "M=9999999999")
+    assert rc == 1 and out == ""
+    assert err.startswith(f"{path}:8:1: error: the kernel's tensors need 40,960,000,126,976 bytes; this machine's cpu memory is ")
+    assert "note: choose smaller dims with -D" in err and "internal" not in err
+
+
 # ---- the cache -------------------------------------------------------------------------------
 def test_second_compile_is_served_from_the_cache(tmp_path):
     cache = Cache(str(tmp_path))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -98,3 +99,30 @@ def test_only_launchable_targets(target):
     with pytest.raises(TkError) as info:
         tkc.compile(MISS_V3, target=target)
     assert f"target `{target}` cannot be launched" in info.value.diagnostics[0].message
+
+
+@pytest.mark.parametrize("consts, message, note", [
+    ({"M": 64}, "`M` is a problem dim of `miss_v3`, not a schedule constant",
+     "dims come from the input tensors' shapes; pass tensors of the size you want"),
+    ({"QQ": 3}, "`miss_v3` has no schedule constant `QQ`", "its schedule constants: BM, BN, stages, threads"),
+    ({"BM": "32"}, "schedule constant `BM` must be an int, got str '32'", None),
+    ({"BM": True}, "schedule constant `BM` must be an int, got bool True", None),
+])
+def test_compile_checks_its_keywords_when_called(consts, message, note):
+    with pytest.raises(TkError) as info:
+        tkc.compile(MISS_V3, target="interp", **consts)
+    (d,) = info.value.diagnostics
+    assert d.message == message and d.loc.file == MISS_V3
+    assert d.notes == ([note] if note else [])
+
+
+def test_numpy_arrays_are_converted_and_other_arguments_refused(tmp_path):
+    k = tkc.compile(MISS_V3, target="tilelang-cpu", cache_dir=str(tmp_path), BM=16, BN=32)
+    gen = np.random.default_rng(0)
+    a = gen.standard_normal((20, 48)).astype(np.float16)
+    b = gen.standard_normal((16, 40)).astype(np.float16)
+    out = k(a, b)
+    ref = k(torch.from_numpy(a), torch.from_numpy(b))
+    assert isinstance(out, torch.Tensor) and torch.equal(out, ref)
+    with pytest.raises(TypeError, match=r"argument 1 of `miss_v3` is a list; pass a torch tensor or a numpy array"):
+        k(a, [[1.0]])

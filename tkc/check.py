@@ -9,6 +9,7 @@ tolerance is derived from the kernel's dtypes and reduction length (tkc/oracle.p
 
 from __future__ import annotations
 
+import os
 import sys
 
 from dsl.diagnostics import error
@@ -16,6 +17,18 @@ from tkc import driver
 from tkc.cache import Cache
 from tkc.oracle import error_budgets, outputs, random_inputs, reference, rel_error  # noqa: F401 (re-exported)
 from tkc.runtime import Kernel
+
+
+def _memory_bytes(device: str) -> int | None:
+    """Total memory of `device` ("cpu": physical RAM, "cuda": the current GPU's), None if unknown."""
+    import torch
+
+    try:
+        if device == "cuda":
+            return torch.cuda.mem_get_info()[1]
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError, RuntimeError):
+        return None
 
 
 def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, check: bool,
@@ -27,8 +40,23 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
         clusters = any("cluster" in op.attrs for op in module.walk() if op.name == "tile.launch")
         target = "tilelang" if torch.cuda.is_available() else ("interp" if clusters else "tilelang-cpu")
     device = "cuda" if target in ("tilelang", "cuda") else "cpu"
-    inputs = random_inputs(module, seed, device, dist)
-    kernel = Kernel(path, target, defines, cache)
+    if device == "cuda" and not torch.cuda.is_available():  # the user's machine, not a tkc bug
+        raise error(module.func.loc, f"target `{target}` needs a CUDA GPU, and torch sees none",
+                    "run on the CPU with `--target tilelang-cpu` (or `--target interp`), or leave `--target` out")
+    nbytes = sum(a.type.nbytes(module.env) for a in module.func.body.args)
+    total = _memory_bytes(device)
+    if total is not None and nbytes > total:  # refuse before allocating (no OOM kill midway)
+        raise error(module.func.loc, f"the kernel's tensors need {nbytes:,} bytes; this machine's {device} "
+                    f"memory is {total:,} bytes", "choose smaller dims with -D")
+    try:
+        inputs = random_inputs(module, seed, device, dist)
+    except (MemoryError, RuntimeError) as exc:  # torch's allocation failures are RuntimeErrors
+        if isinstance(exc, RuntimeError) and "memory" not in str(exc).lower():
+            raise
+        raise error(module.func.loc, f"cannot allocate the kernel's tensors: {nbytes:,} bytes on {device}",
+                    "choose smaller dims with -D") from None
+    consts = {k: v for k, v in defines.items() if k in module.func.attrs["consts"]}  # dims: from the tensors
+    kernel = Kernel(path, target, consts, cache)
     results = kernel(*inputs)
     results = list(results) if isinstance(results, tuple) else [results]
     shapes = ", ".join(f"{n}={v}" for n, v in sorted(module.env.items()))

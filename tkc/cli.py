@@ -128,7 +128,9 @@ def cmd_opt(args) -> int:
     from passes.manager import parse_pipeline, run_pipeline
     from tkc import driver
 
-    passes = parse_pipeline(args.pipeline)
+    # --print-ir-after-all without -p: the default pipeline (the one `compile` runs)
+    spec = args.pipeline or (driver.default_pipeline("tilelang") if args.print_ir_after_all else "")
+    passes = parse_pipeline(spec)
     module = driver.frontend(args.file, dict(args.defines))
 
     def show(name, m):

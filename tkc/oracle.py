@@ -53,8 +53,10 @@ from dsl.ir import Module, Op
 
 DISTRIBUTIONS = ("normal", "negative", "offset", "wide", "ints")
 
-UNIT_ROUNDOFF = {"f16": 2.0 ** -11, "bf16": 2.0 ** -8, "f32": 2.0 ** -24, "f64": 2.0 ** -53, "i8": 0.0, "i32": 0.0}
-MAX_FINITE = {"f16": 65504.0, "bf16": 3.0e38, "f32": 3.0e38, "f64": 1.0e300, "i8": 127.0, "i32": 2.0 ** 31 - 1}
+UNIT_ROUNDOFF = {"f16": 2.0 ** -11, "bf16": 2.0 ** -8, "f32": 2.0 ** -24, "f64": 2.0 ** -53, "i8": 0.0, "i32": 0.0,
+                 "bool": 0.0}
+MAX_FINITE = {"f16": 65504.0, "bf16": 3.0e38, "f32": 3.0e38, "f64": 1.0e300, "i8": 127.0, "i32": 2.0 ** 31 - 1,
+              "bool": 1.0}
 C_MID, C_ACC, C_FN = 4.0, 4.0, 64.0
 _NARROW = ("f16", "bf16")
 
@@ -67,7 +69,7 @@ class ErrorBudget:
     mids: list[str] = field(default_factory=list)  # dtypes of the narrowing intermediate roundings
 
     def tol(self, out_dtype: str) -> float:
-        if out_dtype in ("i8", "i32"):
+        if out_dtype in ("i8", "i32", "bool"):
             return 0.0
         u32 = UNIT_ROUNDOFF["f32"]
         return (UNIT_ROUNDOFF[out_dtype] + C_MID * sum(UNIT_ROUNDOFF[d] for d in self.mids)
@@ -158,7 +160,7 @@ def _walk(ops: list[Op], env: dict[str, int], loops: list[int], depth: dict[int,
         mid = None
         if out is not None and out.type.space != "global" and out.type.dtype in _NARROW:
             if op.name in ("tile.gemm", "tile.elementwise", "tile.reduce") or any(
-                    v.type.dtype not in _NARROW and v.type.dtype not in ("i8", "i32") for v in op.operands[:-1]):
+                    v.type.dtype not in _NARROW and v.type.dtype not in ("i8", "i32", "bool") for v in op.operands[:-1]):
                 mid = out.type.dtype
         records.append((op, n, mid))
 
@@ -208,13 +210,16 @@ def random_inputs(module: Module, seed: int, device: str, dist: str = "normal"):
             continue
         shape = a.type.concrete_shape(env)
         dtype = getattr(torch, TORCH_DTYPES[a.type.dtype])
-        if a.type.dtype in ("i8", "i32"):
+        if a.type.dtype == "bool":  # a mask: about half true
+            t = torch.rand(shape, generator=gen) < 0.5
+        elif a.type.dtype in ("i8", "i32"):
             t = torch.randint(-8, 8, shape, generator=gen, dtype=dtype)
         else:
             t = _float_tensor(shape, dist, gen, dtype)
         tensors.append(t)
     if dist != "ints" and module.func.attrs.get("reference"):
-        limits = [MAX_FINITE[module.func.body.args[i].type.dtype] / 8 for i in sorted(outs)]
+        limits = [MAX_FINITE[module.func.body.args[i].type.dtype] / 8 if module.func.body.args[i].type.dtype != "bool"
+                  else float("inf") for i in sorted(outs)]  # a mask cannot overflow
         for _ in range(40):
             refs = reference(module, tensors)
             if all(r.abs().max().item() <= lim for r, lim in zip(refs, limits)):
@@ -225,7 +230,7 @@ def random_inputs(module: Module, seed: int, device: str, dist: str = "normal"):
 
 def reference(module: Module, inputs):
     """The kernel's `reference` expression evaluated by torch in float64 on `inputs` (cast to
-    float64 on their own device); a list of float64 tensors. Raises TkError (located at the
+    float64 on their own device; bool masks stay bool); a list of float64 tensors. Raises TkError (located at the
     kernel) when the kernel has none or the expression fails."""
     import torch
     import torch.nn.functional as F
@@ -238,7 +243,7 @@ def reference(module: Module, inputs):
         raise error(func.loc, f"kernel `{func.attrs.get('sym_name')}` has no `reference`",
                     'add `reference "<torch expression>"` after the signature to use --check')
     names = [a.name for i, a in enumerate(func.body.args) if i not in set(func.attrs["outputs"])]
-    scope = {"torch": torch, "F": F, **module.env, **{n: t.double() for n, t in zip(names, inputs)}}
+    scope = {"torch": torch, "F": F, **module.env, **{n: t if t.dtype == torch.bool else t.double() for n, t in zip(names, inputs)}}
     try:
         result = eval(text, scope)  # the kernel author's own expression, like a script (one scope: lambdas see it)
     except Exception as exc:

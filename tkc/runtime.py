@@ -15,7 +15,8 @@ from dsl.parser import parse
 from tkc import driver
 from tkc.cache import Cache
 
-TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i8": "int8", "i32": "int32"}
+TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i8": "int8", "i32": "int32",
+                "bool": "bool"}
 
 
 def _tilelang(cache: Cache):
@@ -50,12 +51,24 @@ def build(artifact: driver.Artifact, cache: Cache):
     try:
         func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}")
         if artifact.target == "tilelang-cpu":
-            return tilelang.compile(func, target="c", compile_flags=["-O2"])
-        return tilelang.compile(func, target="cuda", pass_configs=tilelang_gpu.PASS_CONFIGS)
+            kernel = tilelang.compile(func, target="c", compile_flags=["-O2"])
+        else:
+            kernel = tilelang.compile(func, target="cuda", pass_configs=tilelang_gpu.PASS_CONFIGS)
     except Exception as exc:  # TileLang rejected code we generated: a tkc bug, not a user error
         first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise BackendError(f"TileLang failed to compile `{artifact.module.func.attrs.get('sym_name')}` "
                            f"(generated source: {artifact.source_path}): {first}") from exc
+    if not any(a.type.dtype == "bool" for a in artifact.module.func.body.args):
+        return kernel
+
+    def launch(*tensors):
+        # bool tensors cross into TileLang as uint8 (codegen/tilelang.py declares them so: TVM's
+        # C host code takes int8_t* for a bool buffer); same bytes, 0 or 1
+        import torch
+
+        return kernel(*[t.view(torch.uint8) if t.dtype == torch.bool else t for t in tensors])
+
+    return launch
 
 
 class BackendError(RuntimeError):
@@ -107,6 +120,18 @@ class Kernel:
         self.cache = cache or Cache()
         self.ast = parse(driver.read_source(path), path)
         self._built: dict[tuple, tuple] = {}
+        dims = {d for p in self.ast.inputs + self.ast.outputs for d, _ in p.dims if isinstance(d, str)}
+        for name, value in self.consts.items():
+            if name in dims:
+                raise error(self.ast.loc, f"`{name}` is a problem dim of `{self.ast.name}`, not a schedule constant",
+                            "dims come from the input tensors' shapes; pass tensors of the size you want")
+            if name not in self.ast.consts:
+                known = ", ".join(sorted(self.ast.consts)) or "none"
+                raise error(self.ast.loc, f"`{self.ast.name}` has no schedule constant `{name}`",
+                            f"its schedule constants: {known}")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise error(self.ast.loc, f"schedule constant `{name}` must be an int, got {type(value).__name__} "
+                            f"{value!r}")
 
     @property
     def inputs(self):
@@ -115,6 +140,17 @@ class Kernel:
     @property
     def outputs(self):
         return self.ast.outputs
+
+    def _as_tensor(self, t, i: int):
+        import numpy as np
+        import torch
+
+        if isinstance(t, torch.Tensor):
+            return t
+        if isinstance(t, np.ndarray):
+            t = torch.from_numpy(np.ascontiguousarray(t))
+            return t.cuda() if self.target in ("tilelang", "cuda") else t
+        raise TypeError(f"argument {i} of `{self.ast.name}` is a {type(t).__name__}; pass a torch tensor or a numpy array")
 
     def bind_dims(self, tensors) -> dict[str, int]:
         """Problem dims from the input shapes; raises TkError on count, rank or dim mismatches."""
@@ -147,7 +183,12 @@ class Kernel:
         return self._built[key]
 
     def __call__(self, *tensors):
+        """Run on `tensors` (torch tensors, or numpy arrays, which are converted: to the GPU for the
+        GPU targets); returns torch tensors. Raises TkError for a wrong count, rank, dtype or dim,
+        TypeError for an argument that is neither."""
         import torch
+
+        tensors = tuple(self._as_tensor(t, i) for i, t in enumerate(tensors))
 
         artifact, jit = self.specialize(self.bind_dims(tensors))
         env = artifact.module.env
@@ -167,8 +208,11 @@ def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, *
     CPU, "interp" for the reference interpreter) with schedule constants `consts` (e.g. BM=128)
     overriding the file's defaults.
 
-    Returns a callable on torch tensors that allocates and returns the outputs. Raises
-    dsl.diagnostics.TkError for user errors (syntax, types, shapes, budget, unknown target).
+    Returns a callable on torch tensors (numpy arrays are converted) that allocates and returns
+    the outputs. Raises dsl.diagnostics.TkError for user errors, here already for an unknown
+    target, a keyword that is not a schedule constant of the kernel (a problem dim given as a
+    keyword included: dims come from the tensors) and a non-int value; at the first call for
+    syntax, types, shapes and the shared-memory budget.
     """
     if target not in LAUNCH_TARGETS:
         raise error(Loc(path, 0, 0), f"target `{target}` cannot be launched", f"use one of {', '.join(LAUNCH_TARGETS)}")
