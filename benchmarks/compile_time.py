@@ -12,6 +12,14 @@ median (and min / max) over repetitions. Floors measured the same way: the bare 
 tkc's own front end, passes, code generation and start-up. When the warm median is over the
 target, a profile follows (or always, with --profile): `-X importtime` of a warm run, the time of
 each stage in one process, and the top of cProfile of `tkc.cli.main`. Runs on the CPU.
+
+    python3 benchmarks/compile_time.py --scaling 1000,2000,4000,8000,16000
+
+Scaling (issue 10: compile time must grow linearly with program size): a generated kernel of N
+statements (`y = y + X[m*BM : +BM, :] * 1.5`, each a global load and two elementwise ops) is
+compiled in this process, cold (a fresh cache), for `tilelang` and `cuda` (source generation);
+the table gives seconds and microseconds per statement. Exit status 1 when the time per statement
+at the largest N is over SCALING_SLACK times that at the smallest (not linear).
 """
 
 from __future__ import annotations
@@ -32,6 +40,59 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from miss import git_state  # noqa: E402  (the same tree description as the MiSS benchmark)
 COLD_TARGET_S, WARM_TARGET_S = 2.0, 0.2
+SCALING_SLACK = 2.0  # allowed growth of the time per statement from the smallest N to the largest
+
+
+def scaling_source(n: int) -> str:
+    """A kernel of `n` statements, each a global load and two elementwise ops on one accumulator."""
+    body = "\n".join("    y = y + X[m*BM : +BM, :] * 1.5" for _ in range(n))
+    return (f"# {n} statements (benchmarks/compile_time.py --scaling)\n"
+            "kernel scaling<BM=16>(X: f32[M, N]) -> (Y: f32[M, N])\n    where M = 64, N = 64\n{\n"
+            f"    grid (cdiv(M, BM)) as (m)\n    y = zeros(f32[BM, N])\n{body}\n    Y[m*BM : +BM, :] = y\n}}\n")
+
+
+def measure_scaling(sizes: list[int], targets: list[str], tmp: str) -> dict:
+    """{target: {n: seconds}} for an in-process, cold `driver.compile_file` of scaling_source(n)."""
+    sys.path.insert(0, ROOT)
+    from tkc import driver
+    from tkc.cache import Cache
+
+    out: dict = {t: {} for t in targets}
+    for n in sizes:
+        path = os.path.join(tmp, f"scaling{n}.tk")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(scaling_source(n))
+        for target in targets:
+            t0 = time.perf_counter()
+            driver.compile_file(path, target, {}, Cache(os.path.join(tmp, f"cache-{target}-{n}")))
+            out[target][n] = time.perf_counter() - t0
+            print(f"  {target} N={n}: {out[target][n]:.2f} s", flush=True)
+    return out
+
+
+def scaling_main(args) -> int:
+    sizes = sorted(int(x) for x in args.scaling.split(","))
+    tmp = tempfile.mkdtemp(prefix="tkc-compile-scaling-")
+    try:
+        print(f"# compile time against program size, in process, cold; tree {git_state()}; "
+              f"{platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}", flush=True)
+        res = measure_scaling(sizes, ["tilelang", "cuda"], tmp)
+        print("\n| statements | " + " | ".join(f"{t} s (us/stmt)" for t in res) + " |")
+        print("|---|" + "---|" * len(res))
+        for n in sizes:
+            print(f"| {n} | " + " | ".join(f"{res[t][n]:.2f} ({res[t][n] / n * 1e6:.0f})" for t in res) + " |")
+        worst = max(res[t][sizes[-1]] / sizes[-1] / (res[t][sizes[0]] / sizes[0]) for t in res)
+        linear = worst <= SCALING_SLACK
+        print(f"\ntime per statement grows {worst:.2f}x from N={sizes[0]} to N={sizes[-1]}: "
+              f"{'linear' if linear else 'NOT linear'} (allowed {SCALING_SLACK:g}x)")
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump({"scaling": {t: {str(n): v for n, v in r.items()} for t, r in res.items()},
+                           "growth": worst, "tree": git_state(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+                          f, indent=1)
+        return 0 if linear else 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def launcher(kind: str) -> list[str]:
@@ -222,7 +283,11 @@ def main(argv=None) -> int:
                    help="keep this environment's bytecode setting (default: a fresh PYTHONPYCACHEPREFIX, "
                         "filled before timing, as a normal install has .pyc files)")
     p.add_argument("--json", default=None, help="write the numbers here")
+    p.add_argument("--scaling", default=None, metavar="N1,N2,...",
+                   help="time generated kernels of N statements instead (linearity check)")
     args = p.parse_args(argv)
+    if args.scaling:
+        return scaling_main(args)
 
     paths = sorted(glob.glob(os.path.join(ROOT, "examples", "*.tk")))
     if args.examples:

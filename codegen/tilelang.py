@@ -78,6 +78,8 @@ class _Emitter:
         self.remote: set[int] = set()  # shared tiles another block of the cluster reads or writes (DSMEM):
         # never copied into by T.async_copy
         self.top_ops: list[Op] = []  # the ops of the kernel body, in order
+        self.top_index: dict[int, int] = {}  # id(top-level op) -> its position in top_ops
+        self.last_read: dict[int, int] = {}  # id(tile) -> position of the last top-level op reading it
 
     # ---- naming -----------------------------------------------------------------------------
     def name(self, v: Value) -> str:
@@ -184,6 +186,12 @@ class _Emitter:
                       f"{TL_DTYPES[t.dtype]})")
         self.remote = peer_tiles(op)
         self.top_ops = list(op.body.ops)
+        self.top_index = {id(top): i for i, top in enumerate(self.top_ops)}
+        self.last_read = {}  # one pass over the body: read_later is then O(1) (was a scan per copy)
+        for i, top in enumerate(self.top_ops):
+            for o in top.walk():
+                for v in shared_accesses(o)[0]:
+                    self.last_read[id(v)] = i
         self.region(op.body.ops, 2)
         self.wait_copies(2, "before the block exits")
 
@@ -357,8 +365,7 @@ class _Emitter:
 
     def read_later(self, copy: Op, tile: Value) -> bool:
         """Whether an op after the top-level `copy` reads `tile` (in the block's own instance)."""
-        after = self.top_ops[self.top_ops.index(copy) + 1:]
-        return any(tile in shared_accesses(o)[0] for top in after for o in top.walk())
+        return self.last_read.get(id(tile), -1) > self.top_index[id(copy)]
 
     def async_ok(self, op: Op) -> bool:
         """Whether the global -> shared copy `op` can be one T.async_copy: same dtype, no edge

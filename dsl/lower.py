@@ -16,6 +16,7 @@ from dsl.ir import Module, Region, Value
 from dsl.types import DTYPES, TileType
 from dsl.lower_expr import BIN_OPS, ExprLowerer
 from dsl.verifier import verify
+from dsl.parser import TOO_DEEP, TOO_DEEP_NOTE
 
 _LOOPS = {"range": "serial", "pipelined": "pipelined", "unroll": "unroll"}
 
@@ -36,6 +37,7 @@ class _Lowerer(ExprLowerer):
         self.taken: set[str] = set()
         self.fresh: set[int] = set()  # ids of values created by the expression being lowered
         self.counter = 0
+        self.number_memo: dict = {}  # AST node id -> its value as a number (ExprLowerer.number)
         self.region: Region | None = None
         self.cluster = 0
 
@@ -193,6 +195,12 @@ class _Lowerer(ExprLowerer):
         self.region = outer
 
     def stmt(self, s: A.Stmt) -> None:
+        try:
+            self._stmt(s)
+        except RecursionError:  # the innermost statement that overflowed reports it
+            raise error(s.loc, TOO_DEEP, TOO_DEEP_NOTE) from None
+
+    def _stmt(self, s: A.Stmt) -> None:
         self.fresh = set()
         if isinstance(s, A.Grid):
             raise error(s.loc, "a kernel has one `grid` statement")

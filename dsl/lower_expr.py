@@ -26,16 +26,24 @@ SPACE_CALLS = ("shared", "frag", "local")
 REDUCE_CALLS = {"sum": "sum", "amax": "max", "amin": "min"}
 
 
-def _number(e: A.Expr, env: dict[str, int] | None = None) -> float | None:
+def _number(e: A.Expr, env: dict[str, int] | None = None, memo: dict | None = None) -> float | None:
     """The value of a number in a tile expression, None if `e` is not one: a literal, a dim or
     schedule constant of `env`, or `+ - * / %` and unary `-` over those (`ss / N`, `1.0 / BN`).
     Integers combine as in index expressions (`/` is floor division, `N / 2` is 3 for N = 7);
-    once a float literal takes part, `/` is true division (`1.0 / N`)."""
-    v = _fold(e, env or {})
+    once a float literal takes part, `/` is true division (`1.0 / N`). `memo` (node id -> value)
+    keeps repeated questions about one expression tree linear in its size."""
+    v = _fold(e, env or {}, {} if memo is None else memo)
     return None if v is None else float(v)
 
 
-def _fold(e: A.Expr, env: dict[str, int]) -> int | float | None:
+def _fold(e: A.Expr, env: dict[str, int], memo: dict) -> int | float | None:
+    key = id(e)
+    if key not in memo:
+        memo[key] = _fold_node(e, env, memo)
+    return memo[key]
+
+
+def _fold_node(e: A.Expr, env: dict[str, int], memo: dict) -> int | float | None:
     if isinstance(e, A.IntLit):
         return int(e.value)
     if isinstance(e, A.FloatLit):
@@ -43,10 +51,10 @@ def _fold(e: A.Expr, env: dict[str, int]) -> int | float | None:
     if isinstance(e, A.Name):
         return env.get(e.id)
     if isinstance(e, A.Neg):
-        v = _fold(e.operand, env)
+        v = _fold(e.operand, env, memo)
         return None if v is None else -v
     if isinstance(e, A.BinOp) and e.op in ("+", "-", "*", "/", "%"):
-        a, b = _fold(e.lhs, env), _fold(e.rhs, env)
+        a, b = _fold(e.lhs, env, memo), _fold(e.rhs, env, memo)
         if a is None or b is None:
             return None
         if e.op in ("/", "%") and b == 0:
@@ -59,7 +67,8 @@ def _fold(e: A.Expr, env: dict[str, int]) -> int | float | None:
 
 
 class ExprLowerer:
-    """Expression lowering; the host class provides env, lookup, temp, emit, tile_var, scopes."""
+    """Expression lowering; the host class provides env, lookup, temp, emit, tile_var, scopes,
+    number_memo."""
 
     # ---- index expressions ------------------------------------------------------------------
     def index(self, e: A.Expr, allow_vars: bool = True) -> exprs.Expr:
@@ -253,7 +262,7 @@ class ExprLowerer:
 
     def number(self, e: A.Expr) -> float | None:
         """`e`'s value if it is a number (a literal, dims and constants; see `_number`)."""
-        return _number(e, self.env)
+        return _number(e, self.env, self.number_memo)
 
     def elementwise(self, fn: str, a: Value, b: Value, loc: Loc, what: str, dtype: str | None = None) -> Value:
         """A fresh frag tile holding fn(a, b) (of `dtype`, else the promoted dtype); dims of size 1

@@ -30,6 +30,13 @@ def _parser() -> lark.Lark:
     return lark.Lark.open(path, parser="lalr", propagate_positions=True, maybe_placeholders=True, cache=True)
 
 
+# Expressions and blocks nested deeper than Python's recursion allows (tkc/driver.py raises the
+# limit to DEPTH_LIMIT for the frontend): a user error at the statement, not a crash.
+DEPTH_LIMIT = 20_000
+TOO_DEEP = "this statement nests too deeply for tkc"
+TOO_DEEP_NOTE = "split it: assign parts of a long expression, or the body of a deep block, to separate statements"
+
+
 def parse(source: str, filename: str = "<input>") -> A.Kernel:
     """Parse one kernel. Raises TkError for syntax errors (with expected tokens as a note)."""
     try:
@@ -110,6 +117,12 @@ class _Builder:
         return A.Param(self.loc(t), str(name), str(dtype), out)
 
     def stmt(self, t) -> A.Stmt:
+        try:
+            return self._stmt(t)
+        except RecursionError:  # the innermost statement that overflowed reports it
+            raise error(self.loc(t), TOO_DEEP, TOO_DEEP_NOTE) from None
+
+    def _stmt(self, t) -> A.Stmt:
         kind, kids, loc = t.data, t.children, self.loc(t)
         if kind == "grid_stmt":
             extents, names, cluster, threads = kids

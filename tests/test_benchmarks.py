@@ -194,3 +194,13 @@ def test_compile_time_dry_run(tmp_path):
     assert len(r["cold_s"]) == len(r["warm_s"]) == 1 and r["cold_s"][0] > 0 and r["warm_s"][0] > 0
     assert set(data["floors"]) == {"python -c pass", "python -c 'import tkc.cli'"}
     assert "cProfile of tkc.cli.main" in data["profile"] and "| miss |" in proc.stdout
+
+
+def test_compile_time_scaling_dry_run(tmp_path):
+    """The linearity check on small programs: both targets, a table row per size, exit 0."""
+    out = tmp_path / "scaling.json"
+    proc = run_script("compile_time.py", ["--scaling", "100,400", "--json", str(out)], tmp_path)
+    data = json.loads(out.read_text())
+    assert set(data["scaling"]) == {"tilelang", "cuda"}
+    assert all(set(r) == {"100", "400"} and min(r.values()) > 0 for r in data["scaling"].values())
+    assert "| 100 |" in proc.stdout and "| 400 |" in proc.stdout and ": linear" in proc.stdout

@@ -402,3 +402,27 @@ def test_caret_under_the_error_in_tab_indented_source(capsys, tmp_path):
     assert rc == 1
     _, shown, caret = err.splitlines()[:3]
     assert shown[caret.index("^")] == "Y"
+
+
+def _negations(n: int) -> str:
+    return small("(X: f32[M, 8]) -> (Y: f32[M, 8])", "grid (cdiv(M, BM)) as (m)",
+                 "Y[m*BM : +BM, :] = " + "-" * n + "X[m*BM : +BM, :]")
+
+
+def test_deep_expressions_compile_past_pythons_default_recursion_limit(capsys, tmp_path):
+    path = tmp_path / "deep.tk"
+    path.write_text(_negations(1200))  # about 3 frames per level: past Python's default 1000
+    rc, out, err = cli(capsys, "opt", str(path))
+    assert rc == 0 and err == "" and out.count('{fn = "neg"}') == 1200
+
+
+def test_a_statement_nested_too_deeply_is_a_located_error(capsys, tmp_path):
+    src = _negations(25_000)
+    path = tmp_path / "deeper.tk"
+    path.write_text(src)
+    rc, out, err = cli(capsys, "opt", str(path))
+    assert rc == 1 and out == ""
+    line, col = position(src, "Y[m*BM")
+    assert err.startswith(f"{path}:{line}:{col}: error: this statement nests too deeply for tkc\n")
+    assert err.rstrip().endswith("note: split it: assign parts of a long expression, or the body of a deep block, "
+                                 "to separate statements")

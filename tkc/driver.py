@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from dataclasses import dataclass, field
 
 from dsl.diagnostics import Loc, error
+from dsl.parser import DEPTH_LIMIT
 from tkc.cache import Cache, cache_key, tool_versions
 
 TARGETS = ("tilelang", "tilelang-cpu", "tir", "cuda")
@@ -43,7 +45,14 @@ def frontend(path: str, overrides: dict[str, int] | None = None, text: str | Non
         if overrides:
             raise error(Loc(path, 1, 1), "`-D` applies to .tk files only; IR files are already specialized")
         return parse_module(text, path)
-    return lower(parse(text, path), text, overrides)
+    # Parsing and lowering recurse once per nesting level (a chain of 3,000 `+` is 3,000 levels);
+    # Python 3.11+ keeps pure-Python recursion off the C stack, so a higher limit is safe here.
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, DEPTH_LIMIT))
+    try:
+        return lower(parse(text, path), text, overrides)
+    finally:
+        sys.setrecursionlimit(old)
 
 
 def default_pipeline(target: str, sm: str = "sm_90") -> str:
