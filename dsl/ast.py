@@ -144,7 +144,9 @@ Stmt = Grid | Assign | AugAssign | Store | CallStore | For | Sync | If
 class Param(Node):
     name: str
     dtype: str
-    dims: list[tuple[str | int, Loc]]
+    # each dim: a name (bound by the tensor's extent), an integer, or an expression over dims
+    # bound elsewhere and schedule constants (`f32[N / 2]`), checked against the extent
+    dims: list[tuple["str | int | Expr", Loc]]
 
 
 @dataclass

@@ -89,7 +89,8 @@ class _Lowerer(ExprLowerer):
         for p in k.inputs + k.outputs:
             if p.dtype not in DTYPES:
                 raise error(p.loc, f"unknown dtype `{p.dtype}` for `{p.name}`", f"use one of {', '.join(DTYPES)}")
-            shape = tuple(exprs.Num(d) if isinstance(d, int) else exprs.Sym(d) for d, _ in p.dims)
+            shape = tuple(exprs.Num(d) if isinstance(d, int) else exprs.Sym(d) if isinstance(d, str)
+                          else self.dim_expr(d, loc) for d, loc in p.dims)
             v = self.define(p.name, TileType("global", p.dtype, shape), p.loc)
             body.args.append(v)
         for cond in k.requires:
@@ -193,6 +194,19 @@ class _Lowerer(ExprLowerer):
             self.stmt(s)
         self.scopes.pop()
         self.region = outer
+
+    def dim_expr(self, e: A.Expr, loc: Loc) -> exprs.Expr:
+        """A signature dim written as an expression (`N / 2`): over dims that some parameter
+        binds by name and schedule constants; its value must be positive."""
+        for name in _names(e):
+            if name not in self.env:
+                raise error(loc, f"`{name}` in the dim expression is neither a dim of a parameter nor a "
+                            "schedule constant", "a dim expression uses dims that a parameter binds by name")
+        size = self.index(e, allow_vars=False)
+        n = exprs.evaluate(size, self.env)
+        if n <= 0:
+            raise error(loc, f"dim `{exprs.to_str(size)}` is {n}; it must be positive")
+        return size
 
     def stmt(self, s: A.Stmt) -> None:
         try:
@@ -334,3 +348,16 @@ class _Lowerer(ExprLowerer):
         want = TileType("frag", target.type.dtype, tuple(sizes))
         self.check_shape(want, value.type, s.value.loc, f"store to `{s.target}`")
         self.emit(O.CopyOp(operands=[value, target], attrs={"dst_offsets": [exprs.to_str(o) for o in offsets]}, loc=s.loc))
+
+
+def _names(e: A.Expr) -> set[str]:
+    """The names an expression mentions."""
+    if isinstance(e, A.Name):
+        return {e.id}
+    if isinstance(e, A.BinOp):
+        return _names(e.lhs) | _names(e.rhs)
+    if isinstance(e, A.Neg):
+        return _names(e.operand)
+    if isinstance(e, A.Call):
+        return set().union(*(_names(a) for a in e.args)) if e.args else set()
+    return set()

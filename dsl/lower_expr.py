@@ -63,7 +63,18 @@ def _fold_node(e: A.Expr, env: dict[str, int], memo: dict) -> int | float | None
             return a // b if isinstance(a, int) and isinstance(b, int) else a / b
         return {"+": a + b, "-": a - b, "*": a * b, "%": a % b if isinstance(a, int) and isinstance(b, int)
                 else None}[e.op]
+    if isinstance(e, A.Call) and e.fn in ("cdiv", "min", "max") and len(e.args) == 2:
+        a, b = _fold(e.args[0], env, memo), _fold(e.args[1], env, memo)
+        if not (isinstance(a, int) and isinstance(b, int)) or (e.fn == "cdiv" and b == 0):
+            return None
+        return -(-a // b) if e.fn == "cdiv" else min(a, b) if e.fn == "min" else max(a, b)
     return None
+
+
+def fold_int(e: A.Expr, env: dict[str, int]) -> int | None:
+    """The integer value of `e` over `env` (index-expression rules), None if it has none."""
+    v = _fold(e, env, {})
+    return v if isinstance(v, int) else None
 
 
 class ExprLowerer:

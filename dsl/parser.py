@@ -111,9 +111,10 @@ class _Builder:
     def param(self, t) -> A.Param:
         name, dtype, *dims = t.children
         out = []
-        for d in dims:
-            tok = d.children[0]
-            out.append((int(tok) if d.data == "dim_int" else str(tok), self.loc(tok)))
+        for d in dims:  # a dim name (bound by the tensor's extent), an integer, or an expression
+            e = self.expr(d)
+            loc = self.loc(d) if isinstance(d, lark.Tree) else e.loc  # an expression: where it starts
+            out.append((e.id if isinstance(e, A.Name) else e.value if isinstance(e, A.IntLit) else e, loc))
         return A.Param(self.loc(t), str(name), str(dtype), out)
 
     def stmt(self, t) -> A.Stmt:

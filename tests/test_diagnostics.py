@@ -269,7 +269,7 @@ def test_dim_must_be_positive(capsys):
 
 
 @pytest.mark.parametrize("pipeline,col,message,notes", [
-    ("tile,frob", 6, "unknown pass `frob`", ["known passes: check-smem-fit, map-dsmem, software-pipeline, tile..."]),
+    ("tile,frob", 6, "unknown pass `frob`", ["known passes: check-coverage, check-smem-fit, map-dsmem, software-pipeline, tile..."]),
     ("software-pipeline{foo=1}", 1, "unknown option `foo` for pass `software-pipeline`", ["options: stages"]),
     ("software-pipeline{stages=x}", 1, "option `stages` of `software-pipeline` must be an integer, got `x`", []),
     ("tile{BM=x}", 1, "tile size `BM` must be an integer, got `x`", []),
@@ -426,3 +426,18 @@ def test_a_statement_nested_too_deeply_is_a_located_error(capsys, tmp_path):
     assert err.startswith(f"{path}:{line}:{col}: error: this statement nests too deeply for tkc\n")
     assert err.rstrip().endswith("note: split it: assign parts of a long expression, or the body of a deep block, "
                                  "to separate statements")
+
+
+@pytest.mark.parametrize("signature, needle, message, notes", [
+    ("(A: f32[M, 2 * Q]) -> (C: f32[M, 8])", "2 * Q", "`Q` in the dim expression is neither a dim of a parameter "
+     "nor a schedule constant", ["a dim expression uses dims that a parameter binds by name"]),
+    ("(A: f32[M, 8]) -> (C: f32[M, M - 128])", "M - 128", "dim `M - 128` is 0; it must be positive", []),
+])
+def test_dim_expression_errors(capsys, tmp_path, signature, needle, message, notes):
+    src = small(signature, "grid (cdiv(M, BM)) as (m)")
+    path = tmp_path / "dims.tk"
+    path.write_text(src)
+    rc, out, err = cli(capsys, "opt", str(path))
+    assert rc == 1 and out == ""
+    line, col = position(src, needle)
+    check_rendered(err, str(path), line, col, message, source=src, notes=notes)

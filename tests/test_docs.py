@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import glob
 import os
 import re
 import subprocess
@@ -268,3 +269,19 @@ def test_transcripts_found():
     per_doc = {doc: sum(c.doc == doc for c in COMMANDS) for doc in DOCS}
     assert all(per_doc.values()), per_doc
     assert {"bad_shape.tk", "bad_syntax.tk"} <= set(CAT_SOURCES)
+
+
+def test_relative_links_resolve():
+    """Every relative markdown link in the project's docs names a file or folder of the tree."""
+    docs = DOCS + [os.path.relpath(p, ROOT) for pattern in ("docs/*.md", "benchmarks/*.md", "tests/**/*.md")
+                   for p in glob.glob(os.path.join(ROOT, pattern), recursive=True)]
+    broken, checked = [], 0
+    for doc in sorted(set(docs)):
+        with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
+            text = f.read()
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            checked += 1
+            if not target.startswith(("http://", "https://", "mailto:")) and not os.path.exists(
+                    os.path.normpath(os.path.join(ROOT, os.path.dirname(doc), target))):
+                broken.append(f"{doc} -> {target}")
+    assert checked >= 5 and not broken, (checked, broken)

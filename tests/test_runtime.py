@@ -126,3 +126,35 @@ def test_numpy_arrays_are_converted_and_other_arguments_refused(tmp_path):
     assert isinstance(out, torch.Tensor) and torch.equal(out, ref)
     with pytest.raises(TypeError, match=r"argument 1 of `miss_v3` is a list; pass a torch tensor or a numpy array"):
         k(a, [[1.0]])
+
+
+def test_the_cuda_target_without_cupy_is_a_user_error(tmp_path, monkeypatch):
+    import importlib.util
+
+    from tkc import cuda_runtime, driver
+    from tkc.cache import Cache
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cupy" else real(name, *a))
+    artifact = driver.compile_file(MISS_V3, "cuda", {}, Cache(str(tmp_path)))
+    launch = cuda_runtime.build(artifact)  # builds without CuPy; launching needs it
+    with pytest.raises(TkError) as info:
+        launch()
+    (d,) = info.value.diagnostics
+    assert d.loc.file == MISS_V3 and d.loc.line == 6
+    assert d.message == "target `cuda` launches kernels through CuPy, which is not installed"
+    assert d.notes == ['install tkc\'s GPU extra: `pip install -e ".[gpu]"` (cupy-cuda13x), or use `--target tilelang`']
+
+
+def test_dim_expressions_bind_and_check_extents():
+    path = os.path.join(ROOT, "tests", "programs", "dim_exprs.tk")
+    k = tkc.compile(path, target="interp")
+    x, s = torch.randn(20, 30), torch.randn(20, 15)  # H = 15 from S: X needs 2 * 15 columns
+    y, z = k(x, s)
+    assert z.shape == (20, 15 // 2 + 1)
+    torch.testing.assert_close(y, x[:, :15] + x[:, 15:] * s, rtol=1e-6, atol=1e-6)
+    with pytest.raises(TkError) as info:
+        k(torch.randn(20, 31), s)
+    (d,) = info.value.diagnostics
+    assert d.message == "`X` needs extent 30 here (from its dim expression), got 31"
+    assert (d.loc.file, d.loc.line) == (path, 3)

@@ -89,8 +89,9 @@ def compile_cubin(source_path: str, arch: str) -> str:
 class CudaLaunch:
     """A compiled CUDA-backend kernel: call it with every argument tensor (inputs then outputs)."""
 
-    def __init__(self, source_path: str, source: str):
+    def __init__(self, source_path: str, source: str, loc=None):
         self.source_path, self.source = source_path, source
+        self.loc = loc  # the kernel's location in its .tk file, for user errors at launch
         config = cuda_codegen.launch_config(source)
         self.name = config["kernel"]
         self.grid = tuple(config["grid"])
@@ -117,6 +118,16 @@ class CudaLaunch:
         return self._functions[index]
 
     def __call__(self, *tensors) -> None:
+        """Launch on `tensors`. Raises TkError (a user error) when CuPy, which loads and launches
+        the kernel, is not installed."""
+        import importlib.util
+
+        if importlib.util.find_spec("cupy") is None:
+            from dsl.diagnostics import Loc, error
+
+            raise error(self.loc or Loc(self.source_path, 0, 0),
+                        "target `cuda` launches kernels through CuPy, which is not installed",
+                        "install tkc's GPU extra: `pip install -e \".[gpu]\"` (cupy-cuda13x), or use `--target tilelang`")
         import cupy
         import numpy
         import torch
@@ -148,4 +159,4 @@ def build(artifact: driver.Artifact, cache: Cache | None = None) -> CudaLaunch:
     if not os.path.isfile(path):  # the cache entry lost its file: write the source back
         with open(path, "w", encoding="utf-8") as f:
             f.write(artifact.source)
-    return CudaLaunch(path, artifact.source)
+    return CudaLaunch(path, artifact.source, artifact.module.func.loc)

@@ -166,8 +166,17 @@ class Kernel:
                 if isinstance(d, int):
                     if d != n:
                         raise error(loc, f"`{p.name}` needs extent {d} here, got {n}")
-                elif dims.setdefault(d, int(n)) != n:
+                elif isinstance(d, str) and dims.setdefault(d, int(n)) != n:
                     raise error(loc, f"dim `{d}` is {dims[d]} in one input and {n} in `{p.name}`")
+        from dsl.lower_expr import fold_int
+
+        env = {**{k: v for k, (v, _) in self.ast.consts.items()}, **self.consts, **dims}
+        for p, t in zip(self.inputs, tensors):  # dims written as expressions (`f32[N / 2]`)
+            for (d, loc), n in zip(p.dims, t.shape):
+                if not isinstance(d, (int, str)):
+                    want = fold_int(d, env)
+                    if want is not None and want != n:
+                        raise error(loc, f"`{p.name}` needs extent {want} here (from its dim expression), got {n}")
         return dims
 
     def specialize(self, dims: dict[str, int]):

@@ -1,0 +1,118 @@
+"""`check-coverage`: every element of every output is written by some block.
+
+A grid or a loop whose bound rounds down (`for k in range(K / BK)` without `requires K % BK ==
+0`, `grid (M / BM)`) leaves part of an output unwritten: the kernel then returns whatever the
+allocation held, a mismatch only `--check` would find. This pass evaluates, at the kernel's dims
+and constants, the region every store into a global output (`tile.copy` to a `global` tensor)
+writes for every block of the grid (cluster ranks included) and every iteration of the loops
+around it, clipped to the tensor (partial tiles are guarded), and marks it in a bitmap of the
+output. An output with unwritten elements is a located error at its first store (at the kernel
+when nothing stores to it), naming how many elements are missing and the first of them.
+
+The check is skipped (the module passes) when the enumeration would exceed MAX_STORES store
+executions or an output exceeds MAX_ELEMENTS elements; it costs one offset evaluation per store
+execution. The module is returned unchanged.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from dsl import exprs
+from dsl.diagnostics import Diagnostic, TkError
+from dsl.ir import Module, Op
+from passes.options import options_from
+
+MAX_STORES = 200_000  # store executions enumerated per kernel before the check gives up
+MAX_ELEMENTS = 1 << 28  # elements of one output's bitmap
+
+
+class _TooLarge(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class CheckCoveragePass:
+    name = "check-coverage"
+
+    @classmethod
+    def from_options(cls, options: dict[str, str]) -> "CheckCoveragePass":
+        return cls(**options_from(cls, cls.name, options))
+
+    def spec(self) -> str:
+        return self.name
+
+    def run(self, module: Module) -> Module:
+        func, env = module.func, module.env
+        args = func.body.args
+        outs = [args[i] for i in func.attrs.get("outputs", [])]
+        shapes = {id(a): a.type.concrete_shape(env) for a in outs}
+        if any(int(np.prod(s)) > MAX_ELEMENTS for s in shapes.values()):
+            return module
+        written = {id(a): np.zeros(shapes[id(a)], dtype=bool) for a in outs}
+        stores: dict[int, list[Op]] = {id(a): [] for a in outs}
+        budget = [MAX_STORES]
+        try:
+            for launch in func.body.ops:
+                if launch.name == "tile.launch":
+                    _launch(launch, env, written, stores, budget)
+        except _TooLarge:
+            return module
+        diags = []
+        for a in outs:
+            missing = ~written[id(a)]
+            count = int(missing.sum())
+            if not count:
+                continue
+            first = [int(i) for i in np.argwhere(missing)[0]]
+            total = missing.size
+            where = stores[id(a)][0].loc if stores[id(a)] else func.loc
+            if not stores[id(a)]:
+                notes = [f"nothing stores to it: write it, e.g. `{a.name}[...] = ...`"]
+            else:
+                notes = [f"stored at {', '.join(str(op.loc) for op in stores[id(a)])}"] if len(stores[id(a)]) > 1 else []
+                notes.append("a grid or loop bound that rounds down leaves the rest: use `cdiv(...)` for it, or "
+                             "state the divisibility with `requires` (e.g. `requires K % BK == 0`)")
+            diags.append(Diagnostic(where, f"output `{a.name}` is not fully written: {count} of {total} elements "
+                                    f"(the first at {first}) are stored by no block", notes))
+        if diags:
+            raise TkError(diags)
+        return module
+
+
+def _launch(op: Op, env: dict[str, int], written, stores, budget) -> None:
+    extents = [exprs.evaluate(exprs.parse(g), env) for g in op.attrs["grid"]]
+    csize = [exprs.evaluate(exprs.parse(c), env) for c in op.attrs.get("cluster", ["1"] * len(extents))]
+    ranks = op.attrs.get("ranks", [])
+    for point in itertools.product(*(range(n) for n in extents)):
+        scope = {**env, **dict(zip(op.attrs["vars"], point))}
+        scope.update(zip(ranks, (p % c for p, c in zip(point, csize))))
+        _region(op.body.ops, scope, written, stores, budget)
+
+
+def _region(ops: list[Op], env: dict[str, int], written, stores, budget) -> None:
+    for op in ops:
+        if op.name == "tile.for":
+            lo = exprs.evaluate(exprs.parse(op.attrs["lo"]), env)
+            hi = exprs.evaluate(exprs.parse(op.attrs["hi"]), env)
+            for i in range(lo, hi):
+                _region(op.body.ops, {**env, op.attrs["var"]: i}, written, stores, budget)
+        elif op.name == "tile.copy" and op.operands[1].type.space == "global" and id(op.operands[1]) in written:
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise _TooLarge
+            src, dst = op.operands
+            if all(op is not seen for seen in stores[id(dst)]):
+                stores[id(dst)].append(op)
+            offsets = [exprs.evaluate(exprs.parse(o), env) for o in op.attrs["dst_offsets"]]
+            sizes = src.type.concrete_shape(env)  # the verifier makes tile and tensor ranks equal
+            bitmap = written[id(dst)]
+            window = tuple(slice(max(o, 0), max(min(o + n, extent), 0))
+                           for o, n, extent in zip(offsets, sizes, bitmap.shape))
+            bitmap[window] = True
+        else:
+            for region in op.regions:
+                _region(region.ops, env, written, stores, budget)
