@@ -50,6 +50,10 @@ SPECS: dict[str, Spec] = {
     "examples/cluster_reduce_dsmem.tk": Spec({"B": 4, "N": 72}, {}, {"B": 2, "N": 16}, even=("B",)),
     "examples/cluster_reduce_dsmem_pull.tk": Spec({"B": 4, "N": 72}, {}, {"B": 2, "N": 16}, even=("B",)),
     "examples/cluster_reduce_hbm.tk": Spec({"B": 4, "N": 72}, {}, {"B": 2, "N": 16}, even=("B",)),
+    "examples/rmsnorm.tk": Spec({"B": 3, "N": 72}, {"threads": 128}, {"B": 1, "N": 16}),  # N: whole rows
+    "examples/matmul.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
+    "examples/silu_mul.tk": Spec({"B": 3, "H": 72}, {"BN": 32, "threads": 32}, {"B": 1, "H": "BN"}),
+    "examples/accum.tk": Spec({"B": 3, "N": 72}, {"BN": 32, "threads": 32}, {"B": 1, "N": "BN"}),
     "tests/programs/async_copy.tk": Spec({"M": 40, "N": 72}, {"BM": 16}, {"M": "BM", "N": 16}),
     "tests/programs/elementwise.tk": Spec({"M": 40, "N": 64}, {"BM": 16, "BN": 64}, {"M": "BM", "N": "BN"},
                                           at_most_one_tile=("N",),
