@@ -148,7 +148,8 @@ class AccessMixin:
         shape = shape_of(v)
         if where == "regs":
             return lambda e: ch.reg(self.name(v), e)
-        idx = [("0" if n == 1 else i) for i, n in zip(ch.idx, shape)]
+        trailing = ch.idx[len(ch.idx) - len(shape):]  # a lower-rank tile broadcasts along leading dims
+        idx = [("0" if n == 1 else i) for i, n in zip(trailing, shape)]
         off = self.smem_offset(v, idx)
         ctype = C_TYPES[v.type.dtype]
         if shape[-1] == 1 and ch.width > 1:  # broadcast along the last dim: one element

@@ -343,6 +343,8 @@ class _Emitter:
     def at(self, v: Value, idx: list[str], broadcast: bool = False) -> str:
         """`v[idx]`; with `broadcast`, dims of size 1 are indexed by 0."""
         shape = v.type.concrete_shape({})
+        if broadcast:  # numpy broadcasting: a lower-rank tile is indexed by the trailing indices
+            idx = idx[len(idx) - len(shape):]
         parts = ["0" if broadcast and n == 1 else i for i, n in zip(idx, shape)]
         return f"{self.name(v)}[{', '.join(parts)}]"
 

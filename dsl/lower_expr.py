@@ -252,7 +252,7 @@ class ExprLowerer:
         shape = c.type.shape
         for t in tiles:
             if t is not None:
-                shape = self.broadcast_shape(c, t, shape, e.loc)
+                shape = self.broadcast(shape, t, e.loc, "`where`")
         ins = [c]
         for t, v in zip(tiles, values):
             if t is None:  # a number: a filled tile of c's shape
@@ -263,13 +263,20 @@ class ExprLowerer:
         self.emit(O.ElementwiseOp(operands=[*ins, out], attrs={"fn": "where"}, loc=e.loc))
         return out
 
-    def broadcast_shape(self, a: Value, b: Value, shape, loc: Loc):
-        """The shape `shape` (a's, symbolic) broadcast against b's; raises on a mismatch."""
-        sa, sb = tuple(exprs.evaluate(d, self.env) for d in shape), b.type.concrete_shape(self.env)
-        if len(sa) != len(sb) or any(x != y and 1 not in (x, y) for x, y in zip(sa, sb)):
-            raise error(loc, f"shape mismatch in `where`: {list(sa)} and {b.type.dtype}{list(sb)}",
-                        "operands must have equal shapes (dims of size 1 broadcast)")
-        return tuple(da if x >= y else db for x, y, da, db in zip(sa, sb, shape, b.type.shape))
+    def broadcast(self, shape, b: Value, loc: Loc, what: str, dtype: str | None = None):
+        """The symbolic shape `shape` broadcast against b's, as numpy does: trailing dims align, the
+        shorter shape takes leading 1s, and a dim of size 1 stretches; raises on a mismatch."""
+        sb_sym = b.type.shape
+        rank = max(len(shape), len(sb_sym))
+        shape = (exprs.Num(1),) * (rank - len(shape)) + tuple(shape)
+        sb_sym = (exprs.Num(1),) * (rank - len(sb_sym)) + tuple(sb_sym)
+        sa = tuple(exprs.evaluate(d, self.env) for d in shape)
+        sb = tuple(exprs.evaluate(d, self.env) for d in sb_sym)
+        if any(x != y and 1 not in (x, y) for x, y in zip(sa, sb)):
+            left = f"{dtype}{list(sa)}" if dtype else str(list(sa))
+            raise error(loc, f"shape mismatch in {what}: {left} and {b.type.dtype}{list(b.type.concrete_shape(self.env))}",
+                        "trailing dims must be equal or 1 (numpy broadcasting)")
+        return tuple(da if x >= y else db for x, y, da, db in zip(sa, sb, shape, sb_sym))
 
     def number(self, e: A.Expr) -> float | None:
         """`e`'s value if it is a number (a literal, dims and constants; see `_number`)."""
@@ -281,11 +288,7 @@ class ExprLowerer:
         bools = [t for t in (a, b) if t.type.dtype == "bool"]
         if bools and fn not in ("eq", "ne"):
             raise error(loc, f"{what} is not defined on bool tiles", _BOOL_HINT)
-        sa, sb = (t.type.concrete_shape(self.env) for t in (a, b))
-        if len(sa) != len(sb) or any(x != y and 1 not in (x, y) for x, y in zip(sa, sb)):
-            raise error(loc, f"shape mismatch in {what}: {a.type.dtype}{list(sa)} and {b.type.dtype}{list(sb)}",
-                        "operands must have equal shapes (dims of size 1 broadcast)")
-        shape = tuple(da if x >= y else db for x, y, da, db in zip(sa, sb, a.type.shape, b.type.shape))
+        shape = self.broadcast(a.type.shape, b, loc, what, a.type.dtype)
         out = self.temp(TileType("frag", dtype or promote(a.type.dtype, b.type.dtype), shape), loc)
         self.emit(O.ElementwiseOp(operands=[a, b, out], attrs={"fn": fn}, loc=loc))
         return out

@@ -168,7 +168,8 @@ class ElementwiseOp(Op):
     with one input uses the float attribute `scalar` as its second operand; comparisons (lt le
     gt ge eq ne) are binary and write a bool tile; `where` takes (cond, a, b), cond a bool tile.
     Bool tiles take no other fn (arithmetic on them is an error; `eq`/`ne` compare them). Inputs may
-    broadcast dims of size 1. Computation is in f32 (f64 for f64), rounded to the output dtype.
+    broadcast dims of size 1 and may have a lower rank (numpy broadcasting: trailing dims align).
+    Computation is in f32 (f64 for f64), rounded to the output dtype.
     Example: `tile.elementwise(%S, %a, %S) {fn = "add"} loc(...)`
     """
 
@@ -197,9 +198,9 @@ class ElementwiseOp(Op):
             if v.type.space == "global":
                 fail(f"`tile.elementwise` operand `{v}` must be a tile buffer, not a global tensor")
                 return
-        for v in ins:
+        for v in ins:  # numpy broadcasting: trailing dims align; an input may have lower rank
             s = _shape(v, env)
-            if len(s) != len(out) or any(a != b and a != 1 for a, b in zip(s, out)):
+            if len(s) > len(out) or any(a != b and a != 1 for a, b in zip(s, out[len(out) - len(s):])):
                 fail(f"shape mismatch: input `{v}` is {v.type}, output is {self.operands[-1].type}")
 
 

@@ -63,6 +63,7 @@ SPECS: dict[str, Spec] = {
     "tests/programs/row_sum_loop.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
     "tests/programs/compare_where.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
     "tests/programs/dim_exprs.tk": Spec({"M": 40, "H": 24}, {"BM": 16}, {"M": "BM"}),
+    "tests/programs/rank_broadcast.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
     "tests/programs/math_fns.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
     "tests/programs/floor_div.tk": Spec({"M": 40, "N": 67}, {"BM": 16}, {"M": "BM"}),
     "tests/programs/update_ops.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"},

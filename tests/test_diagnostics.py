@@ -50,7 +50,7 @@ LOWERING = [
     ("update-unknown", kern("Z += A[m*BM : +BM, :]"), "Z +=", "unknown name `Z`",
      ["define it first, e.g. `Z = zeros(f32[BM, BN])`"]),
     ("shape-elementwise", kern("X = A[m*BM : +BM, :] + B[:, m*BM : +BM]"), "+ B", "shape mismatch in `+`: "
-     "f16[64, 32] and f16[32, 64]", ["operands must have equal shapes (dims of size 1 broadcast)"]),
+     "f16[64, 32] and f16[32, 64]", ["trailing dims must be equal or 1 (numpy broadcasting)"]),
     ("shape-gemm-inner", kern("C[m*BM : +BM, :] = A[m*BM : +BM, :] @ A[m*BM : +BM, :]"), "@",
      "shape mismatch in `@`: f16[64, 32] @ f16[64, 32]", ["the inner dims must agree (32 vs 64)"]),
     ("shape-gemm-acc", kern("S = zeros(f32[BM, BM])", "S += A[m*BM : +BM, :] @ B[:, 0 : +32]"), "@",
@@ -132,7 +132,7 @@ LOWERING = [
     ("bool-sum", kern("X = A[m*BM : +BM, :] > 0.0", "Y = sum(X, 1)"), "X, 1", "`sum` is not defined on bool tiles",
      ["count with `sum(cast(c, f32), axis)`"]),
     ("where-shapes", kern("X = A[m*BM : +BM, :]", "Y = where(X > 0.0, X, B[:, 0 : +BM])"), ("where", 1),
-     "shape mismatch in `where`: [64, 32] and f16[32, 64]", ["operands must have equal shapes (dims of size 1 broadcast)"]),
+     "shape mismatch in `where`: [64, 32] and f16[32, 64]", ["trailing dims must be equal or 1 (numpy broadcasting)"]),
     ("fn-arity", kern("X = zeros(f32[BM, K], 1)"), "zeros", "`zeros` takes 1 argument, got 2", []),
     ("full-value", kern("X = full(f32[BM, K], m)"), ("m)\n", 1), "`full` takes a number as its fill value",
      ["a literal, a dim or constant, or arithmetic on those"]),

@@ -169,6 +169,8 @@ def test_value_out_of_scope_after_its_loop():
       "tile.gemm(%a, %b, %c) loc(\"k.tk\":8:4)"], (8, 4), "gemm shapes do not agree"),  # only K differs
     (["%x = tile.alloc() : frag<f16[BM, K]> loc(\"k.tk\":4:9)", "%y = tile.alloc() : frag<f16[BM, 8]> loc(\"k.tk\":5:9)",
       "tile.elementwise(%x, %y, %y) {fn = \"add\"} loc(\"k.tk\":9:4)"], (9, 4), "shape mismatch: input `%x`"),
+    (["%v = tile.alloc() : frag<f16[BM]> loc(\"k.tk\":4:9)", "%y = tile.alloc() : frag<f16[BM, K]> loc(\"k.tk\":5:9)",
+      "tile.elementwise(%y, %v, %y) {fn = \"add\"} loc(\"k.tk\":9:5)"], (9, 5), "shape mismatch: input `%v`"),  # BM vs K
     (["%x = tile.alloc() : frag<f16[BM, K]> loc(\"k.tk\":4:9)",
       "tile.copy(%x, %C) {dst_offsets = [\"m * BM\"]} loc(\"k.tk\":6:1)"], (6, 1), "`dst_offsets` needs 2 entries"),
     (["%x = tile.alloc() : frag<f16[BM, K]> loc(\"k.tk\":4:9)",
