@@ -52,6 +52,7 @@ SPECS: dict[str, Spec] = {
     "examples/cluster_reduce_hbm.tk": Spec({"B": 4, "N": 72}, {}, {"B": 2, "N": 16}, even=("B",)),
     "examples/rmsnorm.tk": Spec({"B": 3, "N": 72}, {"threads": 128}, {"B": 1, "N": 16}),  # N: whole rows
     "examples/matmul.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
+    "examples/matmul_f16.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
     "examples/silu_mul.tk": Spec({"B": 3, "H": 72}, {"BN": 32, "threads": 32}, {"B": 1, "H": "BN"}),
     "examples/accum.tk": Spec({"B": 3, "N": 72}, {"BN": 32, "threads": 32}, {"B": 1, "N": "BN"}),
     "tests/programs/async_copy.tk": Spec({"M": 40, "N": 72}, {"BM": 16}, {"M": "BM", "N": 16}),
@@ -64,6 +65,7 @@ SPECS: dict[str, Spec] = {
     "tests/programs/compare_where.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
     "tests/programs/dim_exprs.tk": Spec({"M": 40, "H": 24}, {"BM": 16}, {"M": "BM"}),
     "tests/programs/rank_broadcast.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
+    "tests/programs/softmax.tk": Spec({"M": 40, "N": 72}, {"BM": 16}, {"M": "BM", "N": 16}),  # N: whole rows
     "tests/programs/math_fns.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
     "tests/programs/floor_div.tk": Spec({"M": 40, "N": 67}, {"BM": 16}, {"M": "BM"}),
     "tests/programs/update_ops.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"},
