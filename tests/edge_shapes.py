@@ -53,6 +53,8 @@ SPECS: dict[str, Spec] = {
     "examples/rmsnorm.tk": Spec({"B": 3, "N": 72}, {"threads": 128}, {"B": 1, "N": 16}),  # N: whole rows
     "examples/matmul.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
     "examples/matmul_f16.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
+    "examples/matmul_q8.tk": Spec({"D": 40, "K": 128}, {"BD": 4, "GS": 32}, {"D": "BD", "K": "GS"},
+                                  multiple_of={"K": "GS"}),
     "examples/silu_mul.tk": Spec({"B": 3, "H": 72}, {"BN": 32, "threads": 32}, {"B": 1, "H": "BN"}),
     "examples/accum.tk": Spec({"B": 3, "N": 72}, {"BN": 32, "threads": 32}, {"B": 1, "N": "BN"}),
     "tests/programs/async_copy.tk": Spec({"M": 40, "N": 72}, {"BM": 16}, {"M": "BM", "N": 16}),
@@ -85,8 +87,9 @@ def tile_of(spec: Spec, tile: str | int, dims: dict[str, int]) -> int:
 def fix(spec: Spec, dims: dict[str, int]) -> dict[str, int] | None:
     """`dims` made valid for the kernel's requirements (None if it cannot be)."""
     out = dict(dims)
-    for d, m in spec.multiple_of.items():
-        out[d] = max(out[m], out[d] // out[m] * out[m])
+    for d, m in spec.multiple_of.items():  # m: a dim or a schedule constant
+        unit = out.get(m, spec.consts.get(m))
+        out[d] = max(unit, out[d] // unit * unit)
     for d in spec.even:
         out[d] += out[d] % 2
     for d in spec.at_most_one_tile:
