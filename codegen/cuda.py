@@ -25,7 +25,7 @@ import json
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value, format_attr_dict
-from dsl.ops import peer_tiles
+from dsl.ops import COMPARE, compare_dtype, peer_tiles
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin
 from codegen.cuda_gemm import GemmMixin
@@ -33,7 +33,7 @@ from codegen.cuda_loops import LoopMixin
 from codegen.cuda_signal import Signal, plan_signal
 from codegen.cuda_plan import (Access, OTHER, SyncState, chunk_map, chunk_width, make_plan, numel,
                                shape_of)
-from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, COMPARE, PRELUDE, SIGNAL_PRELUDE, SIZES, apply, combine, compute_dtype, convert, identity, literal
+from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, PRELUDE, SIGNAL_PRELUDE, SIZES, apply, combine, compute_dtype, convert, identity, literal
 
 ARCH = "sm_90a"
 SMEM_LIMIT = SMEM_LIMITS["sm_90"]
@@ -484,7 +484,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         ct = compute_dtype(out.type.dtype)
         rt = ct  # the dtype of apply's result
         if fn in COMPARE:
-            ct = "f64" if any(v.type.dtype == "f64" for v in ins) else "f32"
+            ct = compare_dtype(ins)
             rt = "bool"
         elif fn == "where":
             ct = rt = out.type.dtype

@@ -10,10 +10,11 @@ output dtype, exactly as dsl/interpreter.py defines it.
 
 from __future__ import annotations
 
+from dsl.ops import COMPARE
+
 C_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float", "f64": "double", "i8": "int8_t",
            "i32": "int32_t", "bool": "bool"}
 SIZES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "i32": 4, "bool": 1}
-COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 # dtypes mma.sync m16n8k16 takes as operands with an f32 accumulator (sm_80+: f16 and bf16).
 MMA_DTYPES = ("f16", "bf16")
 

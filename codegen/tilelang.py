@@ -17,7 +17,7 @@ import keyword
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value
-from dsl.ops import peer_tiles, shared_accesses
+from dsl.ops import COMPARE, compare_dtype, peer_tiles, shared_accesses
 from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
 
@@ -38,7 +38,6 @@ __device__ __forceinline__ void* tkc_peer_ptr(void* p, int rank) {
 """
 '''
 _IDX = "ijkl"
-_COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _TRANSCENDENTAL = ("exp", "exp2", "log", "sin", "cos", "tanh", "sigmoid", "pow", "sqrt", "rsqrt", "silu")
 # Smallest tile T.gemm takes on tensor cores (per dim M, N, K), TileLang 0.1.15 on sm_80/sm_90.
 MMA_MIN = (16, 16, 16)
@@ -447,8 +446,8 @@ class _Emitter:
         fn = op.attrs["fn"]
         wide = any(v.type.dtype != out.type.dtype for v in ins) or fn in _TRANSCENDENTAL
         compute = ("f64" if out.type.dtype == "f64" else "f32") if wide else out.type.dtype
-        if fn in _COMPARE:
-            compute = "f64" if any(v.type.dtype == "f64" for v in ins) else "f32"
+        if fn in COMPARE:
+            compute = compare_dtype(ins)
         elif fn == "where":
             compute = out.type.dtype
         idx, d = self.loop_nest(self.dims(out), depth)
@@ -457,7 +456,7 @@ class _Emitter:
         if "scalar" in op.attrs:
             args.append(f"{TL_DTYPES[compute]}({op.attrs['scalar']!r})")
         text = _apply(fn, args, TL_DTYPES[compute])
-        self.line(d, f"{self.at(out, idx)} = {self.cast(text, 'bool' if fn in _COMPARE else compute, out.type.dtype)}")
+        self.line(d, f"{self.at(out, idx)} = {self.cast(text, 'bool' if fn in COMPARE else compute, out.type.dtype)}")
 
     def op_reduce(self, op: Op, depth: int) -> None:
         src, dst = op.operands
@@ -519,8 +518,8 @@ def _apply(fn: str, args: list[str], dtype: str) -> str:
         return f"{x} {binary[fn]} {args[1]}"
     if fn in ("rsub", "rdiv"):  # the scalar on the left
         return f"{args[1]} {binary[fn[1:]]} {x}"
-    if fn in _COMPARE:
-        return f"{x} {_COMPARE[fn]} {args[1]}"
+    if fn in COMPARE:
+        return f"{x} {COMPARE[fn]} {args[1]}"
     if fn == "where":
         return f"T.if_then_else({x}, {args[1]}, {args[2]})"
     if fn in ("max", "min", "pow"):

@@ -18,8 +18,8 @@ import numpy as np
 
 from dsl import exprs
 from dsl.ir import Module, Op, Value
-from dsl.ops import shared_accesses
-from dsl.types import DTYPES, promote_all
+from dsl.ops import compare_dtype, shared_accesses
+from dsl.types import DTYPES
 
 _POISON_INT = -0x5A5A5A5A
 
@@ -317,12 +317,14 @@ class _Block:
     def op_elementwise(self, op: Op) -> None:
         out = op.operands[-1]
         fn = op.attrs["fn"]
-        # comparisons run in their inputs' compute dtype; everything else in the output's
-        # (a select, exact, in the output's storage type)
-        ct = _compute_dtype(promote_all([v.type.dtype for v in op.operands[:-1]]) if fn in _COMPARE
-                            else out.type.dtype)
-        if fn == "where":
+        # comparisons run in compare_dtype; `where` selects (exactly) in the output's storage
+        # type; everything else computes in the output's compute dtype
+        if fn in _COMPARE:
+            ct = _compute_dtype(compare_dtype(op.operands[:-1]))
+        elif fn == "where":
             ct = np_dtype(out.type.dtype).type
+        else:
+            ct = _compute_dtype(out.type.dtype)
         ins = [self.arrays[id(v)].astype(ct) for v in op.operands[:-1]]
         with np.errstate(all="ignore"):
             if fn == "where":  # a select: the branch not taken cannot leak (NaN stays out)

@@ -17,7 +17,7 @@ from dsl.types import DTYPES, FLOAT_DTYPES, TileType, promote
 UNARY_CALLS = {f: f for f in ("exp", "exp2", "log", "sin", "cos", "tanh", "sigmoid", "relu", "silu", "abs",
                                 "sqrt", "rsqrt")}
 BIN_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
-CMP_OPS = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+CMP_OPS = {sym: fn for fn, sym in O.COMPARE.items()}  # `<` -> lt, ...
 # a comparison with the number on the left, turned around: `0.0 < x` is `x > 0.0`
 CMP_SWAPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 _BOOL_HINT = "a bool tile takes `where(c, a, b)`, `==`/`!=` and `cast(c, f32)` (0 or 1)"

@@ -16,12 +16,19 @@ from dsl.types import FLOAT_DTYPES
 UNARY = ("neg", "exp", "exp2", "log", "sin", "cos", "tanh", "sigmoid", "relu", "silu", "abs", "sqrt", "rsqrt")
 # rsub(x, y) = y - x and rdiv(x, y) = y / x: a number on the left of `-` or `/` (`1.0 - t`)
 BINARY = ("add", "sub", "mul", "div", "rsub", "rdiv", "pow", "max", "min")
-# comparisons: binary, the output is a bool tile (with a `scalar`, the number is the right side)
-COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
+# comparisons -> their operator in C, Python and the .tk source: binary, the output is a bool tile
+# (with a `scalar`, the number is the right side)
+COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 # where(cond, a, b): cond a bool tile; a select, so the branch not taken never leaks (NaN)
 TERNARY = ("where",)
 REDUCE = ("sum", "max", "min")
 LOOP_KINDS = ("serial", "pipelined", "unroll")
+
+
+def compare_dtype(ins) -> str:
+    """The dtype a comparison of tiles `ins` compares in: f64 if one is f64, else f32 (both sides
+    converted first; every backend and the interpreter follow it)."""
+    return "f64" if any(v.type.dtype == "f64" for v in ins) else "f32"
 
 
 def _shape(v, env):
@@ -177,7 +184,7 @@ class ElementwiseOp(Op):
 
     def verify(self, fail, env):
         fn = self.attrs.get("fn")
-        if fn not in UNARY + BINARY + COMPARE + TERNARY:
+        if fn not in UNARY + BINARY + tuple(COMPARE) + TERNARY:
             fail(f"unknown elementwise fn `{fn}`")
             return
         ins = self.operands[:-1]

@@ -72,11 +72,3 @@ def promote(a: str, b: str) -> str:
         return "f32"
     return max(a, b, key=order.index)
 
-
-def promote_all(dtypes) -> str:
-    """`promote` over several dtypes (at least one)."""
-    dtypes = list(dtypes)
-    out = dtypes[0]
-    for d in dtypes[1:]:
-        out = promote(out, d)
-    return out
