@@ -52,6 +52,7 @@ def nvcc_version(nvcc: str) -> str:
     return hashlib.sha256(out.stdout.encode()).hexdigest()[:12]
 
 
+@functools.lru_cache(maxsize=16)
 def device_arch(index: int) -> str:
     """`sm_90a` on Hopper (the backend's reference target), else `sm_XY` of the device."""
     import torch
@@ -154,9 +155,16 @@ class CudaLaunch:
 
 
 def build(artifact: driver.Artifact, cache: Cache | None = None) -> CudaLaunch:
-    """A launchable kernel for a `cuda` artifact (compiled on the first call on each device)."""
+    """A launchable kernel for a `cuda` artifact. With nvcc and a CUDA device here, the cubin for
+    the current device is compiled now (so a build in a worker process fills the cache for the
+    launching one); otherwise on the first launch on each device."""
     path = os.path.join(artifact.entry, SOURCE)
     if not os.path.isfile(path):  # the cache entry lost its file: write the source back
         with open(path, "w", encoding="utf-8") as f:
             f.write(artifact.source)
+    if nvcc_path() is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            compile_cubin(path, device_arch(torch.cuda.current_device()))
     return CudaLaunch(path, artifact.source, artifact.module.func.loc)
