@@ -25,7 +25,7 @@ import json
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value, format_attr_dict
-from dsl.ops import COMPARE, compare_dtype, peer_tiles
+from dsl.ops import COMPARE, compare_dtype, peer_tiles, scalars
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin
 from codegen.cuda_gemm import GemmMixin
@@ -50,20 +50,25 @@ stage smem THREADS wm wn part red oi o_base sh main cg peer pv
 """.split())
 
 
-def c_expr(e: exprs.Expr, name, parent: int = 0, right: bool = False) -> str:
-    """An IR index expression in C (`name` maps identifiers); `/` stays C division, which
-    is floor division on the non-negative values tile indices take."""
+def c_expr(e: exprs.Expr, name, parent: int = 0, right: bool = False, load=None) -> str:
+    """An IR index expression in C (`name` maps identifiers, `load(tensor, [C indices])` reads
+    an index tensor's element); `/` stays C division, which is floor division on the
+    non-negative values tile indices take."""
     if isinstance(e, exprs.Num):
         return str(e.value) if e.value >= 0 else f"({e.value})"
     if isinstance(e, exprs.Sym):
         return name(e.name)
+    if isinstance(e, exprs.Load):
+        if load is None:
+            raise ValueError(f"no index tensor reads here: `{exprs.to_str(e)}`")
+        return load(e.tensor, [c_expr(a, name, load=load) for a in e.args])
     if isinstance(e, exprs.Call):
-        a, b = (c_expr(x, name) for x in e.args)
+        a, b = (c_expr(x, name, load=load) for x in e.args)
         if e.fn == "cdiv":
             return f"(({a}) + ({b}) - 1) / ({b})"
         return f"{e.fn}({a}, {b})"
     prec = exprs.PREC[e.op]
-    text = f"{c_expr(e.a, name, prec)} {e.op} {c_expr(e.b, name, prec, True)}"
+    text = f"{c_expr(e.a, name, prec, load=load)} {e.op} {c_expr(e.b, name, prec, True, load=load)}"
     return f"({text})" if prec < parent or (prec == parent and (right or prec == 1)) else text
 
 
@@ -135,7 +140,16 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         return self.opnames[id(op)]
 
     def cexpr(self, text: str) -> str:
-        return c_expr(exprs.parse(text), self.cname)
+        return c_expr(exprs.parse(text), self.cname, load=self.c_load)
+
+    def c_load(self, tensor: str, idx: list[str]) -> str:
+        """`ids[b]` in an index expression: the element of global tensor `tensor`, as int."""
+        arg = next(a for a in self.m.func.body.args if a.name == tensor)
+        dims, terms, stride = shape_of(arg), [], 1
+        for k in range(len(dims) - 1, -1, -1):
+            terms.append(f"({idx[k]})" if stride == 1 else f"({idx[k]}) * {stride}")
+            stride *= dims[k]
+        return f"static_cast<int>({self.name(arg)}[{' + '.join(reversed(terms))}])"
 
     def line(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
@@ -153,7 +167,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         launch = launches[0]
         dims, consts = func.attrs.get("dims", {}), func.attrs.get("consts", {})
         self.used.add(kname)
-        for k in list(dims) + list(consts):
+        for k in list(dims) + list(consts) + [n for n, _, _ in scalars(func)]:
             self.cname(k)
         try:
             grid = [self.value(g) for g in launch.attrs["grid"]]
@@ -181,6 +195,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         for i, a in enumerate(args):
             role = "output" if i in outs else "input"
             self.line(0, f"// {role} {a.name}: {a.type.dtype}[{', '.join(map(str, shape_of(a)))}]")
+        for n, dtype, _ in scalars(func):
+            self.line(0, f"// runtime scalar {n}: {dtype} (a kernel argument after the tensors)")
         self.line(0, f"// tkc-launch: {json.dumps(config)}")
         self.lines.extend(PRELUDE.rstrip("\n").split("\n"))
         if "cluster" in launch.attrs:
@@ -209,6 +225,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         for i, a in enumerate(args):
             const = "" if i in outs else "const "
             params.append(f"{const}{C_TYPES[a.type.dtype]}*{restrict} {self.name(a)}")
+        # runtime scalars come last (tkc/cuda_runtime.py passes them after the outputs)
+        params.extend(f"const int {self.cname(n)}" for n, _, _ in scalars(func))
         attrs = f"__launch_bounds__({self.threads})"
         if cluster != [1, 1, 1]:
             attrs = f"__cluster_dims__({', '.join(map(str, cluster))}) " + attrs
@@ -469,12 +487,30 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
     # ---- elementwise ops --------------------------------------------------------------------
     def op_fill(self, op: Op, d: int) -> None:
         v = op.operands[0]
+        if self.plan.where(v) == "mma" and ("index" in op.attrs or "axis" in op.attrs):
+            raise error(op.loc, "the CUDA backend cannot fill a tensor-core accumulator with `iota` or a runtime value",
+                        "fill a separate tile and add it after the gemm")
         if self.plan.where(v) == "mma":
             self.mma_fill(v, op.attrs["value"], d)
             return
         ct = compute_dtype(v.type.dtype)
         value = convert(literal(op.attrs["value"], ct), ct, v.type.dtype)
-        self.chunk_loop(shape_of(v), d, lambda ch, dd: self.write(v, ch, dd, lambda e: value, "ov"))
+        if "index" in op.attrs:  # a runtime integer as a number
+            value = convert(f"static_cast<{C_TYPES[ct]}>({self.cexpr(op.attrs['index'])})", ct, v.type.dtype)
+        if "axis" not in op.attrs:
+            self.chunk_loop(shape_of(v), d, lambda ch, dd: self.write(v, ch, dd, lambda e: value, "ov"))
+            return
+        axis, shape = op.attrs["axis"], shape_of(v)
+        base = self.cexpr(op.attrs["index"]) if "index" in op.attrs else "0"
+
+        def iota(ch, dd):
+            def at(e):
+                pos = f"({ch.idx[axis]}) + {e}" if axis == len(shape) - 1 else f"({ch.idx[axis]})"
+                return convert(f"static_cast<{C_TYPES[ct]}>({base} + {pos})", ct, v.type.dtype)
+
+            self.write(v, ch, dd, at, "ov")
+
+        self.chunk_loop(shape, d, iota)
 
     def op_elementwise(self, op: Op, d: int) -> None:
         out, ins = op.operands[-1], op.operands[:-1]

@@ -41,6 +41,11 @@ class GlobalChunk:
     cond: str  # whole-chunk guard ("" when none)
     elem_cond: object  # None, or e -> per-element guard
     word: int  # bytes per access
+    step: int = 1  # elements between consecutive chunk elements in the tensor (a strided slice)
+
+    def at(self, e: str) -> str:
+        """The tensor element of chunk element `e` (with elem_cond: one access per element)."""
+        return f"({self.ptr})[{e if self.step == 1 else f'({e}) * {self.step}'}]"
 
 
 def _add(a: str, b: str) -> str:
@@ -187,8 +192,10 @@ class AccessMixin:
         dims = shape_of(tensor)
         checked = op.attrs.get("checked", [True] * len(dims))
         size = SIZES[tensor.type.dtype]
-        g = [_add(self.cexpr(t), i) for t, i in zip(texts, idx)]
-        vec = dims[-1] % width == 0 and known_multiple(exprs.parse(texts[-1])) % width == 0
+        steps = op.attrs.get(f"{side}_steps") or [1] * len(dims)  # tile element i -> offset + i * step
+        g = [_add(self.cexpr(t), i if st == 1 else f"({i}) * {st}") for t, i, st in zip(texts, idx, steps)]
+        last = steps[-1]
+        vec = last == 1 and dims[-1] % width == 0 and known_multiple(exprs.parse(texts[-1])) % width == 0
         conds = []
         for k, (gk, n, chk) in enumerate(zip(g, dims, checked)):
             if not chk or (k == len(dims) - 1 and not vec):
@@ -199,7 +206,10 @@ class AccessMixin:
         elem_cond = None
         if not vec and checked[-1]:
             at, n, neg = g[-1], dims[-1], self.may_be_negative(texts[-1])
-            elem_cond = lambda e: (f"{at} + {e} >= 0 && " if neg else "") + f"{at} + {e} < {n}"  # noqa: E731
+            de = (lambda e: e) if last == 1 else (lambda e: f"{e} * {last}")  # noqa: E731
+            elem_cond = lambda e: (f"{at} + {de(e)} >= 0 && " if neg else "") + f"{at} + {de(e)} < {n}"  # noqa: E731
+        elif last != 1:  # strided along the last dim: element by element, always in bounds here
+            elem_cond = lambda e: "true"  # noqa: E731
         terms, stride = [], 1
         for k in range(len(dims) - 1, -1, -1):
             gk = g[k]
@@ -213,7 +223,7 @@ class AccessMixin:
         lin = " + ".join(reversed(terms)) or "0"
         word = min(16, width * size) if vec else size
         name = self.name(tensor)
-        return GlobalChunk(f"&{name}[{lin}]", name, " && ".join(conds), elem_cond, word)
+        return GlobalChunk(f"&{name}[{lin}]", name, " && ".join(conds), elem_cond, word, last)
 
     def may_be_negative(self, text: str) -> bool:
         try:
@@ -253,7 +263,7 @@ class AccessMixin:
         """Whether the global -> shared copy `op` can go through cp.async: same dtype, whole
         chunks of 4, 8 or 16-byte words."""
         src, dst = op.operands
-        if src.type.dtype != dst.type.dtype or self.plan.where(dst) != "shared":
+        if src.type.dtype != dst.type.dtype or self.plan.where(dst) != "shared" or op.attrs.get("src_steps"):
             return False
         shape = shape_of(dst)
         width = chunk_width(shape)
@@ -284,7 +294,7 @@ class AccessMixin:
         if gc.elem_cond:
             pre = f"if ({gc.cond}) " if gc.cond else ""
             self.line(d, f"{pre}{{")
-            self.elem_loop(d + 1, f"if ({gc.elem_cond('e')}) gv[e] = ({gc.ptr})[e];", ch.width)
+            self.elem_loop(d + 1, f"if ({gc.elem_cond('e')}) gv[e] = {gc.at('e')};", ch.width)
             self.line(d, "}")
         else:
             load = f"tk_load<{gc.word}>(gv, {gc.ptr});"
@@ -306,7 +316,7 @@ class AccessMixin:
         if gc.elem_cond:
             pre = f"if ({gc.cond}) " if gc.cond else ""
             self.line(d, f"{pre}{{")
-            self.elem_loop(d + 1, f"if ({gc.elem_cond('e')}) ({gc.ptr})[e] = ov[e];", width)
+            self.elem_loop(d + 1, f"if ({gc.elem_cond('e')}) {gc.at('e')} = ov[e];", width)
             self.line(d, "}")
             return
         store = f"tk_store<{gc.word}>({gc.ptr}, ov);"

@@ -17,7 +17,7 @@ import keyword
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value
-from dsl.ops import COMPARE, compare_dtype, peer_tiles, shared_accesses
+from dsl.ops import COMPARE, compare_dtype, peer_tiles, scalars, shared_accesses
 from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
 
@@ -43,20 +43,28 @@ _TRANSCENDENTAL = ("exp", "exp2", "log", "sin", "cos", "tanh", "sigmoid", "pow",
 MMA_MIN = (16, 16, 16)
 
 
-def tl_expr(text: str) -> str:
-    """An IR index expression in TileLang syntax: floor division, T.min/T.max/T.ceildiv."""
-    return _tl(exprs.parse(text))
+def tl_expr(text: str, tensors: dict[str, str] | None = None) -> str:
+    """An IR index expression in TileLang syntax: floor division, T.min/T.max/T.ceildiv; an
+    element of an index tensor (`ids[b]`) reads the buffer named by `tensors`."""
+    return _tl(exprs.parse(text), tensors or {})
 
 
-def _tl(e: exprs.Expr, parent: int = 0, right: bool = False) -> str:
+def has_load(text: str) -> bool:
+    """Whether an index expression reads an index tensor (its value is known only at run time)."""
+    return "[" in text
+
+
+def _tl(e: exprs.Expr, tensors: dict[str, str], parent: int = 0, right: bool = False) -> str:
     if isinstance(e, (exprs.Num, exprs.Sym)):
         return exprs.to_str(e)
+    if isinstance(e, exprs.Load):
+        return f"{tensors.get(e.tensor, e.tensor)}[{', '.join(_tl(a, tensors) for a in e.args)}]"
     if isinstance(e, exprs.Call):
         fn = {"cdiv": "T.ceildiv", "min": "T.min", "max": "T.max"}[e.fn]
-        return f"{fn}({', '.join(_tl(a) for a in e.args)})"
+        return f"{fn}({', '.join(_tl(a, tensors) for a in e.args)})"
     prec = exprs.PREC[e.op]
     op = "//" if e.op == "/" else e.op
-    text = f"{_tl(e.a, prec)} {op} {_tl(e.b, prec, True)}"
+    text = f"{_tl(e.a, tensors, prec)} {op} {_tl(e.b, tensors, prec, True)}"
     return f"({text})" if prec < parent or (prec == parent and right) else text
 
 
@@ -70,6 +78,7 @@ class _Emitter:
         self.m, self.cpu = module, cpu
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
+        self.tensors: dict[str, str] = {}  # IR name of a global tensor -> its Python name
         self.used: set[str] = set()
         self.env = module.env
         self.threads = 128
@@ -105,7 +114,8 @@ class _Emitter:
         kname = func.attrs.get("sym_name", "kernel")
         if self.cpu:
             self.check_cpu_dtypes()
-        self.used |= {kname, *func.attrs.get("dims", {}), *func.attrs.get("consts", {}), "main"}
+        self.used |= {kname, *func.attrs.get("dims", {}), *func.attrs.get("consts", {}), "main",
+                      *(n for n, _, _ in scalars(func))}
         for op in self.m.walk():
             if op.name == "tile.launch":
                 self.used |= set(op.attrs["vars"])
@@ -136,6 +146,9 @@ class _Emitter:
         params = ", ".join(f"{self.name(a)}: T.Tensor(({', '.join(self.dims(a))},), "
                            f"{'T.uint8' if a.type.dtype == 'bool' else TL_DTYPES[a.type.dtype]})"
                            for a in args)
+        # runtime scalars come last (tkc/runtime.py passes them after the outputs)
+        params += "".join(f", {n}: {TL_DTYPES[d]}" for n, d, _ in scalars(func))
+        self.tensors = {a.name: self.name(a) for a in args}
         self.line(0, "")
         self.line(0, "@T.prim_func")
         self.line(0, f"def {kname}({params}):")
@@ -298,7 +311,7 @@ class _Emitter:
                 if inner.name in ("tile.peer_copy", "tile.peer_store"):
                     raise error(inner.loc, "the TileLang backend cannot access a peer tile inside a pipelined loop",
                                 "use `range(...)` for this loop, or `--target cuda`")
-        lo, hi, var = tl_expr(op.attrs["lo"]), tl_expr(op.attrs["hi"]), op.attrs["var"]
+        lo, hi, var = tl_expr(op.attrs["lo"], self.tensors), tl_expr(op.attrs["hi"], self.tensors), op.attrs["var"]
         rng = hi if lo == "0" else f"{lo}, {hi}"
         kind = op.attrs["kind"]
         if kind == "pipelined" and not self.cpu:
@@ -320,6 +333,17 @@ class _Emitter:
     def op_fill(self, op: Op, depth: int) -> None:
         v = op.operands[0]
         value = op.attrs["value"]
+        dtype = "T.uint8" if v.type.dtype == "bool" else TL_DTYPES[v.type.dtype]
+        if "axis" in op.attrs:  # iota: each element's index along the axis (+ `index`)
+            idx, d = self.loop_nest(self.dims(v), depth)
+            pos = idx[op.attrs["axis"]]
+            if "index" in op.attrs:
+                pos = f"{pos} + ({tl_expr(op.attrs['index'], self.tensors)})"
+            self.line(d, f"{self.at(v, idx)} = T.Cast({dtype}, {pos})")
+            return
+        if "index" in op.attrs:  # a runtime integer (scalar, grid or loop index) as a number
+            self.line(depth, f"T.fill({self.name(v)}, T.Cast({dtype}, {tl_expr(op.attrs['index'], self.tensors)}))")
+            return
         if value == 0.0:
             self.line(depth, f"T.clear({self.name(v)})")
         else:
@@ -399,9 +423,13 @@ class _Emitter:
         src, dst = op.operands
         load = src.type.space == "global"
         tensor, tile = (src, dst) if load else (dst, src)
-        offsets = [tl_expr(o) for o in op.attrs["src_offsets" if load else "dst_offsets"]]
+        offsets = [tl_expr(o, self.tensors) for o in op.attrs["src_offsets" if load else "dst_offsets"]]
         checked = op.attrs.get("checked", [True] * tensor.type.rank)
-        if not self.cpu:
+        steps = op.attrs.get("src_steps" if load else "dst_steps") or [1] * tensor.type.rank
+        # A strided access, or one at an offset read from an index tensor, is an element loop
+        # (T.copy takes dense regions at offsets it can analyze).
+        elementwise = any(st != 1 for st in steps) or any(has_load(o) for o in op.attrs["src_offsets" if load else "dst_offsets"])
+        if not self.cpu and not elementwise:
             # On the GPU, T.copy converts dtypes and guards accesses past the tensor's edge.
             region = f"{self.name(tensor)}[{', '.join(offsets)}]"
             args = (region, self.name(tile)) if load else (self.name(tile), region)
@@ -418,7 +446,8 @@ class _Emitter:
             self.line(depth, f"T.copy({args[0]}, {args[1]})")
             return
         idx, d = self.loop_nest(self.dims(tile), depth)
-        gidx = [i if o == "0" else f"{o} + {i}" for o, i in zip(offsets, idx)]
+        gidx = [(i if st == 1 else f"{i} * {st}") if o == "0" else (f"{o} + {i}" if st == 1 else f"{o} + {i} * {st}")
+                for o, i, st in zip(offsets, idx, steps)]
         conds = [f"{g} < {exprs.to_str(n)}" for g, n, c in zip(gidx, tensor.type.shape, checked) if c]
         gref = f"{self.name(tensor)}[{', '.join(gidx)}]"
         tref = self.at(tile, idx)

@@ -49,11 +49,13 @@ class Neg(Node):
 @dataclass
 class Slice(Node):
     """One subscript: `lo : +size` (kind "len"), `lo : hi` and `: hi` ("range"), `lo :` ("from"),
-    `:` ("all"), `i` ("one")."""
+    `:` ("all"), `i` ("one"); `lo : hi : step` and `lo : +size : step` are "range" and "len" with
+    a `step` (global tensors only: every step-th element)."""
 
     kind: str
     lo: "Expr | None" = None
     hi: "Expr | None" = None
+    step: "Expr | None" = None
 
 
 @dataclass
@@ -142,11 +144,13 @@ Stmt = Grid | Assign | AugAssign | Store | CallStore | For | Sync | If
 # ---- kernel ---------------------------------------------------------------------------------
 @dataclass
 class Param(Node):
+    """A tensor parameter, or with `dims` None a runtime scalar (`pos: i32`: an input passed at
+    call time that does not specialize the kernel)."""
     name: str
     dtype: str
     # each dim: a name (bound by the tensor's extent), an integer, or an expression over dims
     # bound elsewhere and schedule constants (`f32[N / 2]`), checked against the extent
-    dims: list[tuple["str | int | Expr", Loc]]
+    dims: "list[tuple[str | int | Expr, Loc]] | None"
 
 
 @dataclass

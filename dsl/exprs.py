@@ -1,7 +1,8 @@
 """Integer index expressions: grid sizes, tile offsets, loop bounds, `requires` conditions.
 
 Expressions are small immutable trees over integers and names (problem dims such as `M`,
-schedule constants such as `BM`, grid and loop variables such as `m`, `s`). `/` is integer
+schedule constants such as `BM`, grid and loop variables such as `m`, `s`, runtime scalars such
+as `pos`) and elements of integer tensors (`ids[b]`, read when the kernel runs). `/` is integer
 division that rounds toward zero on non-negative operands (all index values are non-negative),
 `cdiv(a, b)` is ceiling division, comparisons yield 0 or 1. The textual form is what
 :func:`to_str` prints and :func:`parse` reads back (a fixed point).
@@ -39,7 +40,19 @@ class Call:
     args: tuple["Expr", ...]
 
 
-Expr = Num | Sym | Bin | Call
+@dataclass(frozen=True)
+class Load:
+    """`ids[b]`: an element of an integer global tensor, read when the kernel runs (a token id,
+    a cache position): the one kind of expression whose value the compiler cannot know."""
+
+    tensor: str
+    args: tuple["Expr", ...]
+
+
+Expr = Num | Sym | Bin | Call | Load
+# The range a value read from an index tensor, or a runtime scalar without a `requires` bound,
+# may take (i32): accesses indexed by one are guarded in every dim it reaches.
+UNKNOWN = (0, 2**31 - 1)
 FUNCS = {"cdiv": 2, "min": 2, "max": 2}
 PREC = {"==": 1, "!=": 1, "<": 1, "<=": 1, ">": 1, ">=": 1, "+": 2, "-": 2, "*": 3, "/": 3, "%": 3}
 
@@ -56,6 +69,8 @@ def to_str(e: Expr, parent: int = 0, right: bool = False) -> str:
         return e.name
     if isinstance(e, Call):
         return f"{e.fn}({', '.join(to_str(a) for a in e.args)})"
+    if isinstance(e, Load):
+        return f"{e.tensor}[{', '.join(to_str(a) for a in e.args)}]"
     p = PREC[e.op]
     text = f"{to_str(e.a, p)} {e.op} {to_str(e.b, p, True)}"
     if p < parent or (p == parent and (right or p == PREC["=="])):
@@ -84,6 +99,9 @@ class _Build(lark.Transformer):
         if fn not in FUNCS or FUNCS[fn] != len(c) - 1:
             raise ExprError(f"unknown function `{fn}` with {len(c) - 1} arguments")
         return Call(fn, tuple(c[1:]))
+
+    def load(self, c):
+        return Load(str(c[0]), tuple(c[1:]))
 
 
 @lru_cache(maxsize=1)
@@ -125,10 +143,18 @@ def _apply(op: str, a: int, b: int) -> int:
     return int({"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op])
 
 
-def evaluate(e: Expr, env: dict[str, int]) -> int:
-    """Value of `e` with names bound by `env`; raises ExprError for an unbound name."""
+def evaluate(e: Expr, env: dict) -> int:
+    """Value of `e` with names bound by `env` (an index tensor's name to an array for `Load`);
+    raises ExprError for an unbound name or an element outside the tensor."""
     if isinstance(e, Num):
         return e.value
+    if isinstance(e, Load):
+        if e.tensor not in env:
+            raise ExprError(f"unknown index tensor `{e.tensor}`")
+        arr, idx = env[e.tensor], tuple(evaluate(a, env) for a in e.args)
+        if any(not 0 <= i < n for i, n in zip(idx, arr.shape)):
+            raise ExprError(f"`{to_str(e)}` reads element {list(idx)} outside `{e.tensor}` of shape {list(arr.shape)}")
+        return int(arr[idx])
     if isinstance(e, Sym):
         if e.name not in env:
             raise ExprError(f"unknown name `{e.name}`")
@@ -144,6 +170,8 @@ def substitute(e: Expr, env: dict[str, int]) -> Expr:
         return e
     if isinstance(e, Sym):
         return Num(env[e.name]) if e.name in env else e
+    if isinstance(e, Load):
+        return Load(e.tensor, tuple(substitute(a, env) for a in e.args))
     if isinstance(e, Call):
         args = tuple(substitute(a, env) for a in e.args)
         if all(isinstance(a, Num) for a in args):
@@ -164,11 +192,13 @@ def substitute(e: Expr, env: dict[str, int]) -> Expr:
 
 
 def names(e: Expr) -> set[str]:
-    """Every name `e` mentions."""
+    """Every name `e` mentions (an index tensor's name included)."""
     if isinstance(e, Num):
         return set()
     if isinstance(e, Sym):
         return {e.name}
+    if isinstance(e, Load):
+        return {e.tensor}.union(*(names(a) for a in e.args))
     if isinstance(e, Call):
         return set().union(*(names(a) for a in e.args))
     return names(e.a) | names(e.b)
@@ -184,9 +214,12 @@ def bounds(e: Expr, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:
     """Inclusive [lo, hi] of `e` when each name ranges over `ranges` (interval arithmetic).
 
     Sound for the monotone index arithmetic tiles use; raises ExprError for a name with no range.
+    A value read from an index tensor ranges over UNKNOWN.
     """
     if isinstance(e, Num):
         return e.value, e.value
+    if isinstance(e, Load):
+        return UNKNOWN
     if isinstance(e, Sym):
         if e.name not in ranges:
             raise ExprError(f"unknown name `{e.name}`")

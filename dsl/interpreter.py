@@ -67,11 +67,18 @@ _REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
 
 
 def run(module: Module, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Execute `module` on `inputs` (argument name -> array); returns output name -> array.
+    """Execute `module` on `inputs` (argument name -> array, runtime scalar name -> int); returns
+    output name -> array.
 
-    Raises ValueError when an input is missing or has the wrong shape.
+    Raises ValueError when an input is missing or has the wrong shape, or a requirement fails.
     """
-    env = module.env
+    from dsl.ops import index_tensors, scalars
+
+    env = dict(module.env)
+    for name, _, _ in scalars(module.func):
+        if name not in inputs:
+            raise ValueError(f"missing runtime scalar `{name}`")
+        env[name] = int(inputs[name])
     args = module.func.body.args
     outs = set(module.func.attrs.get("outputs", []))
     arrays: dict[int, np.ndarray] = {}
@@ -86,6 +93,8 @@ def run(module: Module, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if x.shape != shape:
             raise ValueError(f"input `{a.name}` has shape {x.shape}, expected {shape}")
         arrays[id(a)] = round_to(x, a.type.dtype)
+    indexed = index_tensors(module.func)
+    env.update({a.name: arrays[id(a)] for a in args if a.name in indexed})  # read by `ids[b]` in indices
     for op in module.func.body.ops:
         if op.name == "tile.require":
             if not exprs.evaluate(exprs.parse(op.attrs["cond"]), env):
@@ -263,54 +272,65 @@ class _Block:
 
     def op_fill(self, op: Op) -> None:
         v = op.operands[0]
-        self.arrays[id(v)][...] = round_to(np.float64(op.attrs["value"]), v.type.dtype)
+        value = np.float64(self.val(op.attrs["index"]) if "index" in op.attrs else op.attrs["value"])
+        if "axis" in op.attrs:
+            shape = self.arrays[id(v)].shape
+            axis = op.attrs["axis"]
+            pos = np.arange(shape[axis], dtype=np.float64).reshape([-1 if k == axis else 1 for k in range(len(shape))])
+            value = np.broadcast_to(value + pos, shape)
+        self.arrays[id(v)][...] = round_to(value, v.type.dtype)
 
     def op_copy(self, op: Op) -> None:
         src, dst = op.operands
         if src.type.space == "global":
             shape = dst.type.concrete_shape(self.scope)
             offsets = [self.val(o) for o in op.attrs["src_offsets"]]
-            self._check_bounds(op, src, offsets, shape)
-            self.arrays[id(dst)][...] = round_to(self._read(src, offsets, shape), dst.type.dtype)
+            steps = op.attrs.get("src_steps") or [1] * len(offsets)
+            self._check_bounds(op, src, offsets, shape, steps)
+            self.arrays[id(dst)][...] = round_to(self._read(src, offsets, shape, steps), dst.type.dtype)
         elif dst.type.space == "global":
             offsets = [self.val(o) for o in op.attrs["dst_offsets"]]
-            self._check_bounds(op, dst, offsets, self.arrays[id(src)].shape)
-            self._write(dst, offsets, self.arrays[id(src)])
+            steps = op.attrs.get("dst_steps") or [1] * len(offsets)
+            self._check_bounds(op, dst, offsets, self.arrays[id(src)].shape, steps)
+            self._write(dst, offsets, self.arrays[id(src)], steps)
         else:
             self.arrays[id(dst)][...] = round_to(self.arrays[id(src)], dst.type.dtype)
 
-    def _check_bounds(self, op: Op, tensor: Value, offsets, shape) -> None:
+    def _check_bounds(self, op: Op, tensor: Value, offsets, shape, steps) -> None:
         """After `tile`, an access may leave the tensor only in the dims it marked `checked`."""
         checked = op.attrs.get("checked")
         if checked is None:
             return
         full = self.arrays[id(tensor)].shape
-        for k, (off, n, size, chk) in enumerate(zip(offsets, shape, full, checked)):
-            if not chk and (off < 0 or off + n > size):
-                raise ProgramError(op.loc, f"`{tensor.name}` dim {k}: the tile [{off}, {off + n}) reaches outside "
+        for k, (off, n, size, chk, st) in enumerate(zip(offsets, shape, full, checked, steps)):
+            end = off + (n - 1) * st + 1
+            if not chk and (off < 0 or end > size):
+                raise ProgramError(op.loc, f"`{tensor.name}` dim {k}: the tile [{off}, {end}) reaches outside "
                                    f"[0, {size}) but `tile` marked the dim unchecked (backends do not guard it)")
 
-    def _window(self, tensor: Value, offsets, shape):
-        """Per-dim (tile slice, tensor slice) of the in-bounds part, or None if empty."""
+    def _window(self, tensor: Value, offsets, shape, steps):
+        """Per-dim (tile slice, tensor slice) of the in-bounds part, or None if empty; tile element
+        i of a dim is tensor element offset + i * step."""
         full = self.arrays[id(tensor)].shape
         tile_idx, tensor_idx = [], []
-        for off, n, size in zip(offsets, shape, full):
-            lo, hi = max(off, 0), min(off + n, size)
+        for off, n, size, st in zip(offsets, shape, full, steps):
+            lo = max(0, -(off // st) if off < 0 else 0)  # first i with off + i * st >= 0
+            hi = min(n, -(-(size - off) // st)) if size > off else 0  # past the last i with off + i * st < size
             if hi <= lo:
                 return None
-            tile_idx.append(slice(lo - off, hi - off))
-            tensor_idx.append(slice(lo, hi))
+            tile_idx.append(slice(lo, hi))
+            tensor_idx.append(slice(off + lo * st, off + (hi - 1) * st + 1, st))
         return tuple(tile_idx), tuple(tensor_idx)
 
-    def _read(self, tensor: Value, offsets, shape) -> np.ndarray:
+    def _read(self, tensor: Value, offsets, shape, steps) -> np.ndarray:
         out = np.zeros(shape, self.arrays[id(tensor)].dtype)
-        win = self._window(tensor, offsets, shape)
+        win = self._window(tensor, offsets, shape, steps)
         if win is not None:
             out[win[0]] = self.arrays[id(tensor)][win[1]]
         return out
 
-    def _write(self, tensor: Value, offsets, data: np.ndarray) -> None:
-        win = self._window(tensor, offsets, data.shape)
+    def _write(self, tensor: Value, offsets, data: np.ndarray, steps) -> None:
+        win = self._window(tensor, offsets, data.shape, steps)
         if win is not None:
             self.arrays[id(tensor)][win[1]] = round_to(data[win[0]], tensor.type.dtype)
 

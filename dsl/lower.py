@@ -45,20 +45,37 @@ class _Lowerer(ExprLowerer):
     def run(self) -> Module:
         k = self.k
         dims_used: dict[str, Loc] = {}
+        self.scalars: dict[str, A.Param] = {}
+        for p in k.outputs:
+            if p.dims is None:
+                raise error(p.loc, f"output `{p.name}` is a scalar; outputs are tensors",
+                            f"declare it with a shape, e.g. `{p.name}: {p.dtype}[1]`")
+        for p in k.inputs:
+            if p.dims is None:
+                if p.dtype != "i32":
+                    raise error(p.loc, f"runtime scalar `{p.name}` has dtype `{p.dtype}`; runtime scalars are `i32`",
+                                f"declare it `{p.name}: i32`, or pass a tensor (`{p.name}: {p.dtype}[1]`)")
+                if p.name in self.scalars:
+                    raise error(p.loc, f"`{p.name}` is already defined")
+                self.scalars[p.name] = p
         for p in k.inputs + k.outputs:
-            for d, loc in p.dims:
+            for d, loc in p.dims or []:
                 if isinstance(d, str):
                     dims_used.setdefault(d, loc)
         for name, (_, loc) in k.consts.items():
             if name in dims_used:
                 raise error(loc, f"`{name}` is both a schedule constant and a tensor dim",
                             "rename one of them")
+        for name, p in self.scalars.items():
+            if name in dims_used or name in k.consts:
+                raise error(p.loc, f"`{name}` is both a runtime scalar and a {'dim' if name in dims_used else 'schedule constant'}",
+                            "rename one of them")
         for name, (_, loc) in k.dim_defaults.items():
             if name not in dims_used:
                 raise error(loc, f"`where` gives a default for `{name}`, which is not a tensor dim")
-        for name in self.overrides:
-            if name not in dims_used and name not in k.consts:
-                known = sorted(set(dims_used) | set(k.consts))
+        for name in self.overrides:  # a runtime scalar's value (`-D pos=5`) is for the run, not the compile
+            if name not in dims_used and name not in k.consts and name not in self.scalars:
+                known = sorted(set(dims_used) | set(k.consts) | set(self.scalars))
                 raise error(k.loc, f"`-D {name}` names neither a dim nor a schedule constant of `{k.name}`",
                             f"known names: {', '.join(known)}")
         self.dims = {}
@@ -82,11 +99,16 @@ class _Lowerer(ExprLowerer):
         body = Region()
         func = self.func = O.FuncOp(regions=[body], loc=k.loc, attrs={
             "sym_name": k.name, "dims": self.dims, "consts": self.consts,
-            "outputs": list(range(len(k.inputs), len(k.inputs) + len(k.outputs))),
+            "outputs": list(range(len(k.inputs) - len(self.scalars), len(k.inputs) - len(self.scalars) + len(k.outputs))),
             "reference": k.reference[0] if k.reference else ""})
+        if self.scalars:
+            func.attrs["scalars"] = [[p.name, p.dtype, k.inputs.index(p)] for p in self.scalars.values()]
+        self.scopes[0].update({name: name for name in self.scalars})
         if not k.outputs:
             raise error(k.loc, f"kernel `{k.name}` has no outputs")
         for p in k.inputs + k.outputs:
+            if p.dims is None:
+                continue
             if p.dtype not in DTYPES:
                 raise error(p.loc, f"unknown dtype `{p.dtype}` for `{p.name}`", f"use one of {', '.join(DTYPES)}")
             shape = tuple(exprs.Num(d) if isinstance(d, int) else exprs.Sym(d) if isinstance(d, str)
@@ -94,6 +116,13 @@ class _Lowerer(ExprLowerer):
             v = self.define(p.name, TileType("global", p.dtype, shape), p.loc)
             body.args.append(v)
         for cond in k.requires:
+            if _names(cond) & set(self.scalars):  # on runtime scalars: checked at every call
+                e = self.index(cond, allow_vars=True)
+                extra = exprs.names(e) - set(self.env) - set(self.scalars)
+                if extra:
+                    raise error(cond.loc, f"`requires` may use dims, constants and runtime scalars, not `{sorted(extra)[0]}`")
+                body.ops.append(O.RequireOp(attrs={"cond": exprs.to_str(e), "runtime": True}, loc=cond.loc))
+                continue
             e = self.index(cond, allow_vars=False)
             body.ops.append(O.RequireOp(attrs={"cond": exprs.to_str(e)}, loc=cond.loc))
             if not exprs.evaluate(e, self.env):
@@ -343,11 +372,14 @@ class _Lowerer(ExprLowerer):
         if s.op is not None:
             raise error(s.loc, f"`{s.op}=` on a global tensor is not supported",
                         "accumulate in a tile and store it once with `=`")
-        offsets, sizes = self.slices(target, s.subs, s.loc)
+        offsets, sizes, steps = self.slices(target, s.subs, s.loc)
         value = self.tile(s.value)
         want = TileType("frag", target.type.dtype, tuple(sizes))
         self.check_shape(want, value.type, s.value.loc, f"store to `{s.target}`")
-        self.emit(O.CopyOp(operands=[value, target], attrs={"dst_offsets": [exprs.to_str(o) for o in offsets]}, loc=s.loc))
+        attrs = {"dst_offsets": [exprs.to_str(o) for o in offsets]}
+        if any(st != 1 for st in steps):
+            attrs["dst_steps"] = steps
+        self.emit(O.CopyOp(operands=[value, target], attrs=attrs, loc=s.loc))
 
 
 def _names(e: A.Expr) -> set[str]:

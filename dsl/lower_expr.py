@@ -93,8 +93,15 @@ class ExprLowerer:
             if isinstance(v, Value):
                 raise error(e.loc, f"`{e.id}` is a tile, not an integer", "index expressions use dims, constants and grid/loop indices")
             if not allow_vars and e.id not in self.env:
+                if e.id in self.scalars:
+                    raise error(e.loc, f"`{e.id}` is a runtime scalar: its value is known only when the kernel runs, "
+                                "and this needs a value at compile time",
+                                "runtime scalars may set slice offsets, loop bounds and numbers in tile expressions; "
+                                "grids, tile extents, `if` and `pipelined` stages use dims and constants")
                 raise error(e.loc, f"`{e.id}` is a grid or loop index; only dims and constants are allowed here")
             return exprs.Sym(e.id)
+        if isinstance(e, A.Index):
+            return self.index_load(e, allow_vars)
         if isinstance(e, A.Neg):
             return exprs.substitute(exprs.Bin("-", exprs.Num(0), self.index(e.operand, allow_vars)), {})
         if isinstance(e, A.BinOp) and e.op != "@":
@@ -104,6 +111,23 @@ class ExprLowerer:
                 raise error(e.loc, f"`{e.fn}` takes {exprs.FUNCS[e.fn]} arguments, got {len(e.args)}")
             return exprs.Call(e.fn, tuple(self.index(a, allow_vars) for a in e.args))
         raise error(e.loc, "expected an integer expression", "index expressions use + - * / % cdiv min max")
+
+    def index_load(self, e: A.Index, allow_vars: bool) -> exprs.Expr:
+        """`ids[b]` in an index expression: one element of an integer global tensor, read when
+        the kernel runs (a gather: `E[ids[b] : +1, :]`)."""
+        t = self.lookup(e.base)
+        if not isinstance(t, Value) or t.type.space != "global":
+            raise error(e.loc, f"`{e.base}` is not a global tensor", "an index expression reads elements of integer tensors: `ids[b]`")
+        if t.type.dtype not in ("i32", "i8"):
+            raise error(e.loc, f"`{e.base}` is {t.type.dtype}; an index must be an integer tensor (i32)",
+                        f"declare it `{e.base}: i32[...]`")
+        if not allow_vars:
+            raise error(e.loc, f"`{e.base}[...]` is read when the kernel runs, and this needs a value at compile time",
+                        "a tensor element may set slice offsets and loop bounds")
+        if len(e.subs) != t.type.rank or any(s.kind != "one" for s in e.subs):
+            raise error(e.loc, f"`{e.base}` has rank {t.type.rank}: index it with {t.type.rank} single indices "
+                        f"(`{e.base}[{', '.join('i' * 1 for _ in range(t.type.rank))}]`), not slices")
+        return exprs.Load(t.name, tuple(self.index(s.lo, allow_vars) for s in e.subs))
 
     def known_names(self) -> str:
         names = set(self.env)
@@ -120,10 +144,35 @@ class ExprLowerer:
         return size
 
     def slices(self, tensor: Value, subs: list[A.Slice], loc: Loc):
+        """(offsets, sizes, steps) of a slice of a global tensor: index expressions, tile extents
+        and the step of each dim (1, or the `step` of `lo : hi : step`, a positive number known
+        at compile time)."""
         if len(subs) != tensor.type.rank:
             raise error(loc, f"`{tensor.name}` has rank {tensor.type.rank}, but {len(subs)} subscripts are given")
-        offsets, sizes = [], []
+        offsets, sizes, steps = [], [], []
         for sub, dim in zip(subs, tensor.type.shape):
+            step = 1
+            if sub.step is not None:
+                step = fold_int(sub.step, self.env)
+                if step is None or step <= 0:
+                    raise error(sub.step.loc, "the step of a slice must be a positive number known at compile time",
+                                "a literal, a dim or a constant: `x[0 : N : 2]` takes every second element")
+            steps.append(step)
+            if step != 1:
+                if sub.kind == "len":  # `lo : +n : step`: n elements
+                    offsets.append(self.index(sub.lo))
+                    sizes.append(self.size(sub.hi))
+                    continue
+                lo, hi = self.index(sub.lo), self.index(sub.hi)
+                if (exprs.names(lo) | exprs.names(hi)) - set(self.env):
+                    raise error(sub.loc, "a `lo : hi : step` slice must not depend on grid or loop indices",
+                                "write `lo : +n : step` (n elements) for a tile that moves with an index")
+                n = -(-(exprs.evaluate(hi, self.env) - exprs.evaluate(lo, self.env)) // step)
+                if n <= 0:
+                    raise error(sub.loc, f"empty slice: `{exprs.to_str(lo)} : {exprs.to_str(hi)} : {step}` has no elements")
+                offsets.append(lo)
+                sizes.append(exprs.Num(n))
+                continue
             if sub.kind == "all":
                 offsets.append(exprs.Num(0))
                 sizes.append(dim)
@@ -150,7 +199,7 @@ class ExprLowerer:
                     raise error(sub.loc, f"empty slice: `{exprs.to_str(lo)} : {exprs.to_str(hi)}` has {n} elements")
                 offsets.append(lo)
                 sizes.append(exprs.substitute(exprs.Bin("-", hi, lo), {}))
-        return offsets, sizes
+        return offsets, sizes, steps
 
     def dtype_arg(self, e: A.Expr) -> str:
         if isinstance(e, A.Name) and e.id in DTYPES:
@@ -170,12 +219,18 @@ class ExprLowerer:
             if v is None:
                 raise error(e.loc, f"unknown name `{e.id}`", self.known_names())
             if not isinstance(v, Value):
-                raise error(e.loc, f"`{e.id}` is an integer, not a tile", "use it inside an index or a slice")
+                if v in self.env:
+                    raise error(e.loc, f"`{e.id}` is an integer, not a tile", "use it inside an index or a slice")
+                return self.index_number(e)
             return self.tile_var(e.id, e.loc)
         if isinstance(e, A.Index):
+            if self.is_index(e):
+                return self.index_number(e)
             return self.load(e, "frag")
         if self.number(e) is not None:
             raise error(e.loc, "a bare number is not a tile", "use `full(f32[BM, BN], 1.0)` or combine it with a tile")
+        if self.is_index(e):
+            return self.index_number(e)
         if isinstance(e, A.Neg):
             x = self.tile(e.operand)
             return self.unary("neg", x, e.loc)
@@ -185,6 +240,39 @@ class ExprLowerer:
             return self.call(e)
         raise error(e.loc, "expected a tile expression")
 
+    def is_index(self, e: A.Expr) -> bool:
+        """Whether `e` is integer index arithmetic (no tiles, no float literals); memoized per node."""
+        key = ("idx", id(e))
+        if key not in self.number_memo:
+            self.number_memo[key] = self._is_index(e)
+        return self.number_memo[key]
+
+    def _is_index(self, e: A.Expr) -> bool:
+        if isinstance(e, A.IntLit):
+            return True
+        if isinstance(e, A.Name):
+            v = self.lookup(e.id)
+            return isinstance(v, str)
+        if isinstance(e, A.Neg):
+            return self.is_index(e.operand)
+        if isinstance(e, A.BinOp):
+            return e.op in ("+", "-", "*", "/", "%") and self.is_index(e.lhs) and self.is_index(e.rhs)
+        if isinstance(e, A.Call):
+            return e.fn in exprs.FUNCS and all(self.is_index(a) for a in e.args)
+        if isinstance(e, A.Index):
+            t = self.lookup(e.base)
+            return (isinstance(t, Value) and t.type.space == "global" and t.type.dtype in ("i32", "i8")
+                    and all(s.kind == "one" for s in e.subs) and all(self.is_index(s.lo) for s in e.subs))
+        return False
+
+    def index_number(self, e: A.Expr) -> Value:
+        """An integer index expression that is known only when the kernel runs (a grid or loop
+        index, a runtime scalar, a tensor element) used as a number in a tile expression: a
+        one-element f32 tile holding its value, which broadcasts (`x * (pos + b)`)."""
+        v = self.temp(TileType("frag", "f32", (exprs.Num(1),)), e.loc)
+        self.emit(O.FillOp(operands=[v], attrs={"value": 0.0, "index": exprs.to_str(self.index(e))}, loc=e.loc))
+        return v
+
     def load(self, e: A.Index, space: str) -> Value:
         tensor = self.lookup(e.base)
         if e.base in DTYPES:
@@ -193,9 +281,12 @@ class ExprLowerer:
             raise error(e.loc, f"unknown name `{e.base}`", self.known_names())
         if not isinstance(tensor, Value) or tensor.type.space != "global":
             raise error(e.loc, f"`{e.base}` is not a global tensor", "only global tensors can be sliced")
-        offsets, sizes = self.slices(tensor, e.subs, e.loc)
+        offsets, sizes, steps = self.slices(tensor, e.subs, e.loc)
         v = self.temp(TileType(space, tensor.type.dtype, tuple(sizes)), e.loc)
-        self.emit(O.CopyOp(operands=[tensor, v], attrs={"src_offsets": [exprs.to_str(o) for o in offsets]}, loc=e.loc))
+        attrs = {"src_offsets": [exprs.to_str(o) for o in offsets]}
+        if any(st != 1 for st in steps):
+            attrs["src_steps"] = steps
+        self.emit(O.CopyOp(operands=[tensor, v], attrs=attrs, loc=e.loc))
         return v
 
     def unary(self, fn: str, x: Value, loc: Loc, scalar: float | None = None) -> Value:
@@ -333,15 +424,33 @@ class ExprLowerer:
             if len(args) != n:
                 raise error(e.loc, f"`{fn}` takes {n} argument{'s' * (n != 1)}, got {len(args)}")
 
+        if fn == "iota":
+            want(2)
+            t = self.type_arg(args[0])
+            axis = fold_int(args[1], self.env)
+            if axis is None or not 0 <= axis < t.rank:
+                raise error(args[1].loc, f"the axis of `iota` must be a number in [0, {t.rank})",
+                            "`iota(f32[BT, 1], 0)`: each element is its index along axis 0")
+            if t.dtype == "bool":
+                raise error(args[0].loc, "`iota` makes a number tile, not a bool one")
+            v = self.temp(t, e.loc)
+            self.emit(O.FillOp(operands=[v], attrs={"value": 0.0, "axis": axis}, loc=e.loc))
+            return v
         if fn in ("zeros", "full"):
             want(1 if fn == "zeros" else 2)
             t = self.type_arg(args[0])
             value = 0.0
             if fn == "full":
                 value = self.number(args[1])
+                if value is None and self.is_index(args[1]):  # a runtime value: `full(f32[1, N], pos)`
+                    v = self.temp(t, e.loc)
+                    self.emit(O.FillOp(operands=[v], attrs={"value": 0.0, "index": exprs.to_str(self.index(args[1]))},
+                                       loc=e.loc))
+                    return v
                 if value is None:
                     raise error(args[1].loc, "`full` takes a number as its fill value",
-                                "a literal, a dim or constant, or arithmetic on those")
+                                "a literal, a dim or constant, arithmetic on those, or an index (a grid or loop index, "
+                                "a runtime scalar)")
             v = self.temp(t, e.loc)
             self.emit(O.FillOp(operands=[v], attrs={"value": value}, loc=e.loc))
             return v

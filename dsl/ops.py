@@ -41,7 +41,9 @@ class FuncOp(Op):
     Attributes: `sym_name` (kernel name), `dims` (problem dims -> int, the compile is
     specialized on them), `consts` (schedule constants -> int), `outputs` (indices of the
     arguments the kernel writes), `reference` (the torch expression that defines the result),
-    optional `static` (constants that chose a branch of a static `if` during lowering).
+    optional `static` (constants that chose a branch of a static `if` during lowering), optional
+    `scalars` (runtime scalars `[[name, dtype, input position], ...]`: kernel parameters passed at
+    call time, usable in index expressions, never specialized on).
 
     Example: `tile.func() {consts = {BM = 64}, dims = {M = 128}, outputs = [1], reference = "A",
     sym_name = "k"} loc("k.tk":1:1) { ^(%A: global<f16[M]>, %C: global<f16[M]>) ... }`
@@ -63,7 +65,9 @@ class FuncOp(Op):
 
 
 class RequireOp(Op):
-    """A precondition on dims and constants, checked when the kernel is specialized.
+    """A precondition on dims and constants, checked when the kernel is specialized; with
+    `runtime = true` it also names runtime scalars and is checked at every call (and a bound on a
+    scalar, `pos < S`, bounds the scalar's range for the `tile` pass).
 
     Attribute `cond`: an index expression that must be nonzero. Example:
     `tile.require() {cond = "K % R == 0"} loc("miss_v3.tk":4:14)`
@@ -117,9 +121,12 @@ class AllocOp(Op):
 
 
 class FillOp(Op):
-    """Set every element of a buffer to the float attribute `value`.
+    """Set every element of a buffer to the float attribute `value`; or, with `index` (an index
+    expression: a runtime scalar, a grid or loop index), to its value converted to the tile's
+    dtype; with `axis` (an int), each element's position along that axis is added (`iota`).
 
-    Example: `tile.fill(%S) {value = 0.0} loc(...)`
+    Example: `tile.fill(%S) {value = 0.0} loc(...)`, `tile.fill(%P) {axis = 0, index = "t * 64",
+    value = 0.0} loc(...)`
     """
 
     name = "tile.fill"
@@ -137,7 +144,9 @@ class CopyOp(Op):
     0; elements written outside it are dropped (this is how partial tiles and PEFT's zero padding
     of K behave). `checked` (set by `tile`) lists, per dim of the global side, whether the access
     may leave the tensor; `async` (set by `software-pipeline`) marks a global->shared copy that
-    may be issued ahead (cp.async). Example:
+    may be issued ahead (cp.async). `src_steps` / `dst_steps` (positive ints per dim, absent when
+    all are 1) make the global side strided: tile element i of a dim is tensor element
+    offset + i * step (`x[0 : N : 2]`). Example:
     `tile.copy(%A, %a) {src_offsets = ["m * 64", "s * 64"]} loc(...)`
     """
 
@@ -158,6 +167,10 @@ class CopyOp(Op):
                     fail(f"`{side}_offsets` needs {v.type.rank} entries for `{v}`")
             elif offs is not None:
                 fail(f"`{side}_offsets` given for tile buffer `{v}`")
+            steps = self.attrs.get(f"{side}_steps")
+            if steps is not None and (v.type.space != "global" or len(steps) != v.type.rank
+                                      or any(not isinstance(x, int) or x <= 0 for x in steps)):
+                fail(f"`{side}_steps` needs {v.type.rank} positive ints, on the global side")
         tile = dst if src.type.space == "global" else src
         other = src if tile is dst else dst
         if other.type.space == "global":
@@ -367,7 +380,82 @@ OPS: dict[str, type[Op]] = {
 }
 
 # Attributes that hold index expressions (strings), checked for names in scope by the verifier.
-EXPR_ATTRS = ("cond", "grid", "threads", "src_offsets", "dst_offsets", "lo", "hi", "stages", "cluster", "rank")
+EXPR_ATTRS = ("cond", "grid", "threads", "src_offsets", "dst_offsets", "lo", "hi", "stages", "cluster", "rank",
+              "index")
+
+
+def scalars(func: Op) -> list[tuple[str, str, int]]:
+    """The kernel's runtime scalars: (name, dtype, position among the inputs)."""
+    return [(n, d, int(i)) for n, d, i in func.attrs.get("scalars", [])]
+
+
+def index_tensors(func: Op) -> set[str]:
+    """Names of the global tensors whose elements index expressions read (`ids[b]`)."""
+    out: set[str] = set()
+
+    def visit(e) -> None:
+        if isinstance(e, exprs.Load):
+            out.add(e.tensor)
+        for a in getattr(e, "args", ()) if not isinstance(e, exprs.Bin) else (e.a, e.b):
+            visit(a)
+
+    for op in func.walk():
+        for _, e in expr_attrs(op):
+            visit(e)
+    return out
+
+
+def index_bounds(func: Op, env: dict[str, int]) -> dict[str, int]:
+    """For each index tensor, the exclusive upper bound its values must stay under: over every
+    copy whose offset in some dim reads it, the tensor's extent there minus the tile's extent
+    plus one (`E[ids[b] : +1, :]` with E [V, N]: V). Values must also be >= 0."""
+    out = {name: 2**31 - 1 for name in index_tensors(func)}
+
+    def loads(e, acc: set) -> set:
+        if isinstance(e, exprs.Load):
+            acc.add(e.tensor)
+        for a in getattr(e, "args", ()) if not isinstance(e, exprs.Bin) else (e.a, e.b):
+            loads(a, acc)
+        return acc
+
+    for op in func.walk():
+        if op.name != "tile.copy":
+            continue
+        src, dst = op.operands
+        tensor, tile, key = (src, dst, "src_offsets") if src.type.space == "global" else (dst, src, "dst_offsets")
+        if tensor.type.space != "global":
+            continue
+        steps = op.attrs.get(key.replace("offsets", "steps")) or [1] * tensor.type.rank
+        for off, size, extent, st in zip(op.attrs[key], tile.type.shape, tensor.type.shape, steps):
+            names = loads(exprs.parse(off), set())
+            if names:
+                room = exprs.evaluate(extent, env) - (exprs.evaluate(size, env) - 1) * st
+                for n in names:
+                    out[n] = max(1, min(out[n], room))
+    return out
+
+
+def scalar_ranges(func: Op, env: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Inclusive [lo, hi] of each runtime scalar: [0, 2^31 - 1] narrowed by the runtime
+    `requires` clauses of the form `pos < E`, `pos <= E` (E over dims and constants)."""
+    out = {n: exprs.UNKNOWN for n, _, _ in scalars(func)}
+    for op in func.body.ops:
+        if op.name != "tile.require" or not op.attrs.get("runtime"):
+            continue
+        e = exprs.parse(op.attrs["cond"])
+        if not isinstance(e, exprs.Bin):
+            continue
+        a, b, rel = e.a, e.b, e.op
+        if isinstance(b, exprs.Sym) and b.name in out and rel in (">", ">="):
+            a, b, rel = b, a, {">": "<", ">=": "<="}[rel]
+        if isinstance(a, exprs.Sym) and a.name in out and rel in ("<", "<="):
+            try:
+                hi = exprs.evaluate(b, env) - (1 if rel == "<" else 0)
+            except exprs.ExprError:
+                continue
+            lo, old = out[a.name]
+            out[a.name] = (lo, max(lo, min(old, hi)))
+    return out
 
 
 def shared_accesses(op: Op) -> tuple[list, object]:

@@ -110,6 +110,8 @@ class _Builder:
 
     def param(self, t) -> A.Param:
         name, dtype, *dims = t.children
+        if dims == [None]:  # no brackets: a runtime scalar
+            return A.Param(self.loc(t), str(name), str(dtype), None)
         out = []
         for d in dims:  # a dim name (bound by the tensor's extent), an integer, or an expression
             e = self.expr(d)
@@ -168,8 +170,9 @@ class _Builder:
             elif s.data == "slice_one":
                 out.append(A.Slice(self.loc(s), "one", self.expr(s.children[0])))
             else:
-                kind = "len" if s.data == "slice_len" else "range"
-                out.append(A.Slice(self.loc(s), kind, self.expr(s.children[0]), self.expr(s.children[1])))
+                kind = "len" if s.data.startswith("slice_len") else "range"
+                step = self.expr(s.children[2]) if s.data.endswith("_step") else None
+                out.append(A.Slice(self.loc(s), kind, self.expr(s.children[0]), self.expr(s.children[1]), step))
         return out
 
     def expr(self, t) -> A.Expr:

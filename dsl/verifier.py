@@ -63,7 +63,12 @@ def verify(module: Module, stage: str = "") -> None:
             for child in region.ops:
                 check(child, op.name, inner, inner_names, cluster)
 
-    check(module.func, None, set(), set(env))
+    from dsl.ops import scalars
+
+    names = set(env) | {n for n, _, _ in scalars(module.func)}
+    if module.func.regions:
+        names |= {a.name for a in module.func.regions[0].args if a.type.dtype in ("i32", "i8")}
+    check(module.func, None, set(), names)
     _check_unique_names(module, diags, suffix)
     if diags:
         raise TkError(diags)

@@ -10,8 +10,9 @@ output. An output with unwritten elements is a located error at its first store 
 when nothing stores to it), naming how many elements are missing and the first of them.
 
 The check is skipped (the module passes) when the enumeration would exceed MAX_STORES store
-executions or an output exceeds MAX_ELEMENTS elements; it costs one offset evaluation per store
-execution. The module is returned unchanged.
+executions, an output exceeds MAX_ELEMENTS elements, or a store's region or a loop bound depends
+on a value known only when the kernel runs (a runtime scalar, an element of an index tensor); it
+costs one offset evaluation per store execution. The module is returned unchanged.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class CheckCoveragePass:
             for launch in func.body.ops:
                 if launch.name == "tile.launch":
                     _launch(launch, env, written, stores, budget)
-        except _TooLarge:
+        except (_TooLarge, exprs.ExprError):  # too many stores, or a runtime value decides
             return module
         diags = []
         for a in outs:
@@ -110,9 +111,13 @@ def _region(ops: list[Op], env: dict[str, int], written, stores, budget) -> None
             offsets = [exprs.evaluate(exprs.parse(o), env) for o in op.attrs["dst_offsets"]]
             sizes = src.type.concrete_shape(env)  # the verifier makes tile and tensor ranks equal
             bitmap = written[id(dst)]
-            window = tuple(slice(max(o, 0), max(min(o + n, extent), 0))
-                           for o, n, extent in zip(offsets, sizes, bitmap.shape))
-            bitmap[window] = True
+            steps = op.attrs.get("dst_steps") or [1] * len(offsets)
+            window = []
+            for o, n, extent, st in zip(offsets, sizes, bitmap.shape, steps):
+                lo = max(0, -(o // st) if o < 0 else 0)
+                hi = min(n, -(-(extent - o) // st)) if extent > o else 0
+                window.append(slice(o + lo * st, o + (hi - 1) * st + 1, st) if hi > lo else slice(0, 0))
+            bitmap[tuple(window)] = True
         else:
             for region in op.regions:
                 _region(region.ops, env, written, stores, budget)

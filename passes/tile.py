@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op
-from dsl.ops import EXPR_ATTRS
+from dsl.ops import EXPR_ATTRS, scalar_ranges
 from passes.options import PIPELINE_LOC
 
 
@@ -62,18 +62,20 @@ class TilePass:
         func.attrs["consts"] = consts
         func.attrs["tiled"] = True
         env = module.env
+        ranges: dict[str, tuple[int, int]] = scalar_ranges(func, env)
         for op in func.body.ops:
-            if op.name == "tile.require":
+            if op.name == "tile.require" and op.attrs.get("runtime"):  # checked at every call
+                op.attrs["cond"] = exprs.to_str(exprs.substitute(exprs.parse(op.attrs["cond"]), env))
+            elif op.name == "tile.require":
                 cond = exprs.parse(op.attrs["cond"])
                 if not exprs.evaluate(cond, env):
                     vals = ", ".join(f"{n} = {env[n]}" for n in sorted(exprs.names(cond)))
                     raise error(op.loc, f"requirement `{op.attrs['cond']}` does not hold", f"with {vals}",
                                 "pick tile sizes that divide the problem dims (e.g. `-D BM=...`)")
         # Checked with concrete values: nothing later depends on them.
-        func.body.ops[:] = [op for op in func.body.ops if op.name != "tile.require"]
+        func.body.ops[:] = [op for op in func.body.ops if op.name != "tile.require" or op.attrs.get("runtime")]
         for arg in func.body.args:
             arg.type = arg.type.substitute(env)
-        ranges: dict[str, tuple[int, int]] = {}
         for op in func.body.ops:
             _bind(op, env, ranges)
         return module
@@ -120,8 +122,9 @@ def _mark_partial(op: Op, ranges: dict[str, tuple[int, int]]) -> None:
     else:
         return
     checked = []
-    for off, size, dim in zip(op.attrs[key], tile.type.shape, tensor.type.shape):
+    steps = op.attrs.get(key.replace("offsets", "steps")) or [1] * tensor.type.rank
+    for off, size, dim, step in zip(op.attrs[key], tile.type.shape, tensor.type.shape, steps):
         lo, hi = exprs.bounds(exprs.parse(off), ranges)
         n, extent = exprs.evaluate(size, {}), exprs.evaluate(dim, {})
-        checked.append(lo < 0 or hi + n > extent)
+        checked.append(lo < 0 or hi + (n - 1) * step + 1 > extent)
     op.attrs["checked"] = checked

@@ -49,7 +49,7 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
         raise error(module.func.loc, f"the kernel's tensors need {nbytes:,} bytes; this machine's {device} "
                     f"memory is {total:,} bytes", "choose smaller dims with -D")
     try:
-        inputs = random_inputs(module, seed, device, dist)
+        inputs = random_inputs(module, seed, device, dist, defines)
     except (MemoryError, RuntimeError) as exc:  # torch's allocation failures are RuntimeErrors
         if isinstance(exc, RuntimeError) and "memory" not in str(exc).lower():
             raise
@@ -59,7 +59,10 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
     kernel = Kernel(path, target, consts, cache)
     results = kernel(*inputs)
     results = list(results) if isinstance(results, tuple) else [results]
-    shapes = ", ".join(f"{n}={v}" for n, v in sorted(module.env.items()))
+    from tkc.oracle import input_names
+
+    scalar_args = {n: v for n, v in zip(input_names(module), inputs) if isinstance(v, int)}
+    shapes = ", ".join(f"{n}={v}" for n, v in sorted({**module.env, **scalar_args}.items()))
     print(f"{module.func.attrs['sym_name']}: ran on {target} ({device}) with {shapes}")
     if not check:
         return 0

@@ -138,6 +138,9 @@ class CudaLaunch:
         fn = self.function(index)
         args, keep = [], []
         for t in tensors:
+            if isinstance(t, int):  # a runtime scalar (`pos: i32`), after the tensors
+                args.append(numpy.int32(t))
+                continue
             if not t.is_cuda:
                 raise ValueError(f"target `cuda` needs CUDA tensors, got one on {t.device}")
             if t.data_ptr() % 16:  # vectorized accesses need 16-byte alignment: copy a sliced input view

@@ -192,18 +192,48 @@ def _float_tensor(shape, dist: str, gen, dtype):
     return t.to(dtype)
 
 
-def random_inputs(module: Module, seed: int, device: str, dist: str = "normal"):
-    """Seeded random tensors for every input of `module`, drawn from `dist` (one of
-    DISTRIBUTIONS); small integers for integer tensors. Float inputs are then halved (exactly)
-    until the float64 reference stays under 1/8 of each output dtype's largest finite value,
-    so no output overflows (at most 40 halvings; `ints` are never scaled)."""
+def input_names(module: Module) -> list[str]:
+    """The kernel's inputs in call order: tensor arguments and runtime scalars (`pos: i32`)."""
+    from dsl.ops import scalars
+
+    outs = set(module.func.attrs["outputs"])
+    names = [a.name for i, a in enumerate(module.func.body.args) if i not in outs]
+    for name, _, pos in sorted(scalars(module.func), key=lambda s: s[2]):
+        names.insert(pos, name)
+    return names
+
+
+def scalar_values(module: Module, seed: int, given: dict[str, int] | None = None) -> dict[str, int]:
+    """A value for every runtime scalar: `given`, else the largest its `requires` bound allows
+    when the seed is even and 0 when odd (the two ends a position takes), 0 when unbounded."""
+    from dsl import exprs
+    from dsl.ops import scalar_ranges
+
+    out = {}
+    for name, (lo, hi) in scalar_ranges(module.func, module.env).items():
+        if given and name in given:
+            out[name] = int(given[name])
+        else:
+            out[name] = hi if seed % 2 == 0 and hi < exprs.UNKNOWN[1] else lo
+    return out
+
+
+def random_inputs(module: Module, seed: int, device: str, dist: str = "normal", scalars: dict[str, int] | None = None):
+    """Seeded random inputs for `module`, in call order (input_names): tensors drawn from `dist`
+    (one of DISTRIBUTIONS), small integers for integer tensors (index tensors: values in the
+    range dsl.ops.index_bounds allows), ints for runtime scalars (scalar_values, `scalars`
+    first). Float inputs are then halved (exactly) until the float64 reference stays under 1/8 of
+    each output dtype's largest finite value, so no output overflows (at most 40 halvings;
+    `ints` are never scaled)."""
     import torch
 
+    from dsl.ops import index_bounds
     from tkc.runtime import TORCH_DTYPES
 
     gen = torch.Generator().manual_seed(seed)
     env = module.env
     outs = set(module.func.attrs["outputs"])
+    bounds = index_bounds(module.func, env)
     tensors = []
     for i, a in enumerate(module.func.body.args):
         if i in outs:
@@ -212,20 +242,29 @@ def random_inputs(module: Module, seed: int, device: str, dist: str = "normal"):
         dtype = getattr(torch, TORCH_DTYPES[a.type.dtype])
         if a.type.dtype == "bool":  # a mask: about half true
             t = torch.rand(shape, generator=gen) < 0.5
+        elif a.name in bounds:  # an index tensor: values it may take
+            t = torch.randint(0, bounds[a.name], shape, generator=gen, dtype=dtype)
         elif a.type.dtype in ("i8", "i32"):
             t = torch.randint(-8, 8, shape, generator=gen, dtype=dtype)
         else:
             t = _float_tensor(shape, dist, gen, dtype)
         tensors.append(t)
+    values = scalar_values(module, seed, scalars)
+    names = input_names(module)
+
+    def ordered(ts):
+        it = iter(ts)
+        return [values[n] if n in values else next(it) for n in names]
+
     if dist != "ints" and module.func.attrs.get("reference"):
         limits = [MAX_FINITE[module.func.body.args[i].type.dtype] / 8 if module.func.body.args[i].type.dtype != "bool"
                   else float("inf") for i in sorted(outs)]  # a mask cannot overflow
         for _ in range(40):
-            refs = reference(module, tensors)
+            refs = reference(module, ordered(tensors))
             if all(r.abs().max().item() <= lim for r, lim in zip(refs, limits)):
                 break
             tensors = [t * 0.5 if t.is_floating_point() else t for t in tensors]
-    return [t.to(device) for t in tensors]
+    return ordered([t.to(device) for t in tensors])
 
 
 def reference(module: Module, inputs):
@@ -242,8 +281,10 @@ def reference(module: Module, inputs):
     if not text:
         raise error(func.loc, f"kernel `{func.attrs.get('sym_name')}` has no `reference`",
                     'add `reference "<torch expression>"` after the signature to use --check')
-    names = [a.name for i, a in enumerate(func.body.args) if i not in set(func.attrs["outputs"])]
-    scope = {"torch": torch, "F": F, **module.env, **{n: t if t.dtype == torch.bool else t.double() for n, t in zip(names, inputs)}}
+    names = input_names(module)
+    scope = {"torch": torch, "F": F, **module.env,
+             **{n: t if isinstance(t, int) or t.dtype == torch.bool else t.double()
+                for n, t in zip(names, inputs)}}
     try:
         result = eval(text, scope)  # the kernel author's own expression, like a script (one scope: lambdas see it)
     except Exception as exc:

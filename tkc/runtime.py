@@ -95,10 +95,16 @@ def _interpreter(module):
     def launch(*tensors):
         import torch
 
+        from dsl.ops import scalars
+
         args = module.func.body.args
         outs = module.func.attrs["outputs"]
+        names = scalars(module.func)
+        values = tensors[len(args):]  # runtime scalars come after the tensors
+        tensors = tensors[:len(args)]
         inputs = {a.name: t.detach().cpu().float().numpy() if t.is_floating_point() else t.detach().cpu().numpy()
                   for i, (a, t) in enumerate(zip(args, tensors)) if i not in outs}
+        inputs.update({n: int(v) for (n, _, _), v in zip(names, values)})
         try:
             results = run(module, inputs)
         except ProgramError as exc:  # a race or barrier mismatch in the user's program
@@ -120,7 +126,7 @@ class Kernel:
         self.cache = cache or Cache()
         self.ast = parse(driver.read_source(path), path)
         self._built: dict[tuple, tuple] = {}
-        dims = {d for p in self.ast.inputs + self.ast.outputs for d, _ in p.dims if isinstance(d, str)}
+        dims = {d for p in self.ast.inputs + self.ast.outputs for d, _ in p.dims or [] if isinstance(d, str)}
         for name, value in self.consts.items():
             if name in dims:
                 raise error(self.ast.loc, f"`{name}` is a problem dim of `{self.ast.name}`, not a schedule constant",
@@ -145,6 +151,14 @@ class Kernel:
         import numpy as np
         import torch
 
+        if i < len(self.inputs) and self.inputs[i].dims is None:  # a runtime scalar
+            p = self.inputs[i]
+            if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+                raise error(p.loc, f"runtime scalar `{p.name}` takes a Python int, got {type(t).__name__} {t!r}")
+            if not 0 <= int(t) < 2**31:
+                raise error(p.loc, f"runtime scalar `{p.name}` is {int(t)}; it must be in [0, 2^31)",
+                            "index values are non-negative i32")
+            return int(t)
         if isinstance(t, torch.Tensor):
             return t
         if isinstance(t, np.ndarray):
@@ -158,6 +172,8 @@ class Kernel:
             raise error(self.ast.loc, f"`{self.ast.name}` takes {len(self.inputs)} inputs, got {len(tensors)}")
         dims: dict[str, int] = {}
         for p, t in zip(self.inputs, tensors):
+            if p.dims is None:  # a runtime scalar (checked by _as_tensor)
+                continue
             if t.dim() != len(p.dims):
                 raise error(p.loc, f"`{p.name}` has rank {len(p.dims)}, but the tensor has shape {tuple(t.shape)}")
             if str(t.dtype) != f"torch.{TORCH_DTYPES[p.dtype]}":
@@ -172,6 +188,8 @@ class Kernel:
 
         env = {**{k: v for k, (v, _) in self.ast.consts.items()}, **self.consts, **dims}
         for p, t in zip(self.inputs, tensors):  # dims written as expressions (`f32[N / 2]`)
+            if p.dims is None:
+                continue
             for (d, loc), n in zip(p.dims, t.shape):
                 if not isinstance(d, (int, str)):
                     want = fold_int(d, env)
@@ -200,16 +218,54 @@ class Kernel:
         tensors = tuple(self._as_tensor(t, i) for i, t in enumerate(tensors))
 
         artifact, jit = self.specialize(self.bind_dims(tensors))
-        env = artifact.module.env
-        args = artifact.module.func.body.args
+        module = artifact.module
+        env = module.env
+        args = module.func.body.args
+        values = [t for p, t in zip(self.inputs, tensors) if p.dims is None]
+        arrays = [t for p, t in zip(self.inputs, tensors) if p.dims is not None]
+        if values:
+            check_runtime(module, {p.name: v for p, v in zip([p for p in self.inputs if p.dims is None], values)})
+        check_indices(module, {a.name: t for a, t in zip(args, arrays)})
         outputs = []
-        for i in artifact.module.func.attrs["outputs"]:
+        for i in module.func.attrs["outputs"]:
             a = args[i]
             shape = a.type.concrete_shape(env)
             outputs.append(torch.empty(shape, dtype=getattr(torch, TORCH_DTYPES[a.type.dtype]),
-                                       device=tensors[0].device))
-        jit(*[t.contiguous() for t in tensors], *outputs)
+                                       device=arrays[0].device))
+        jit(*[t.contiguous() for t in arrays], *outputs, *values)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def check_runtime(module, values: dict[str, int]) -> None:
+    """Check the `requires` clauses on runtime scalars with the call's `values` (name -> int);
+    raises TkError at the clause that fails."""
+    from dsl import exprs
+
+    env = {**module.env, **values}
+    for op in module.func.body.ops:
+        if op.name == "tile.require" and op.attrs.get("runtime"):
+            cond = exprs.parse(op.attrs["cond"])
+            if not exprs.evaluate(cond, env):
+                vals = ", ".join(f"{n} = {env[n]}" for n in sorted(exprs.names(cond)))
+                raise error(op.loc, f"requirement `{op.attrs['cond']}` does not hold at this call", f"with {vals}")
+
+
+def check_indices(module, tensors: dict) -> None:
+    """Index tensors (read by `ids[b]` in index expressions) must hold values in [0, bound) of
+    dsl.ops.index_bounds: an out-of-range token id is a user error, never a silently guarded
+    (zero) row. Costs a min and a max per index tensor (and a device sync)."""
+    from dsl.ops import index_bounds
+
+    bounds = index_bounds(module.func, module.env)
+    for name, hi in bounds.items():
+        t = tensors.get(name)
+        if t is None or t.numel() == 0:
+            continue
+        lo_v, hi_v = int(t.min()), int(t.max())
+        if lo_v < 0 or hi_v >= hi:
+            bad = lo_v if lo_v < 0 else hi_v
+            raise error(module.func.loc, f"index tensor `{name}` holds {bad}, outside [0, {hi}) of what it indexes",
+                        "index values select rows (or columns) of a tensor and must lie inside it")
 
 
 def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, **consts: int) -> Kernel:
