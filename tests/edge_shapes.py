@@ -60,6 +60,10 @@ SPECS: dict[str, Spec] = {
                                  # `wide` puts W1 @ X near -1e3 on whole rows: silu underflows to 0 there
                                  dists=("normal", "negative", "offset", "ints")),
     "examples/silu_mul.tk": Spec({"B": 3, "H": 72}, {"BN": 32, "threads": 32}, {"B": 1, "H": "BN"}),
+    # runtime scalar `pos`: the inputs alternate between its largest allowed value and 0
+    "examples/rope.tk": Spec({"B": 3, "D": 64}, {"HD": 16}, {"B": 1, "D": "HD"}, multiple_of={"D": "HD"}),
+    "examples/attention.tk": Spec({"H": 3, "HD": 32, "S": 40}, {"BT": 16}, {"H": 1, "S": "BT"}),
+    "examples/embedding.tk": Spec({"V": 50, "N": 72, "B": 3}, {"BN": 32}, {"B": 1, "N": "BN"}),
     "examples/accum.tk": Spec({"B": 3, "N": 72}, {"BN": 32, "threads": 32}, {"B": 1, "N": "BN"}),
     "tests/programs/async_copy.tk": Spec({"M": 40, "N": 72}, {"BM": 16}, {"M": "BM", "N": 16}),
     "tests/programs/elementwise.tk": Spec({"M": 40, "N": 64}, {"BM": 16, "BN": 64}, {"M": "BM", "N": "BN"},

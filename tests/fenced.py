@@ -52,21 +52,27 @@ def _fences_intact(view: torch.Tensor, buf: torch.Tensor) -> bool:
 
 
 def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Run `kernel` (a tkc Kernel) on fenced copies of `inputs` into fenced, all-poison outputs;
-    returns the outputs. Raises AssertionError when the kernel wrote into any fence (a store past
-    a tensor's end or before its start)."""
-    from tkc.runtime import TORCH_DTYPES
+    """Run `kernel` (a tkc Kernel) on fenced copies of `inputs` (runtime scalars, ints, are
+    passed as they are, after the tensors) into fenced, all-poison outputs; returns the outputs.
+    Raises AssertionError when the kernel wrote into any fence (a store past a tensor's end or
+    before its start)."""
+    from tkc.runtime import TORCH_DTYPES, check_indices, check_runtime
 
     artifact, jit = kernel.specialize(kernel.bind_dims(inputs))
     env = artifact.module.env
     args = artifact.module.func.body.args
+    values = [t for t in inputs if isinstance(t, int)]
+    inputs = [t for t in inputs if not isinstance(t, int)]
+    names = [p.name for p in kernel.inputs if p.dims is None]
+    check_runtime(artifact.module, dict(zip(names, values)))
+    check_indices(artifact.module, {a.name: t for a, t in zip(args, inputs)})
     device = inputs[0].device
     ins = [fenced(t.shape, t.dtype, device, t) for t in inputs]
     outs = []
     for i in artifact.module.func.attrs["outputs"]:
         dtype = getattr(torch, TORCH_DTYPES[args[i].type.dtype])
         outs.append(fenced(args[i].type.concrete_shape(env), dtype, device))
-    jit(*[v for v, _ in ins], *[v for v, _ in outs])
+    jit(*[v for v, _ in ins], *[v for v, _ in outs], *values)
     if device.type == "cuda":
         torch.cuda.synchronize()
     for kind, pairs in (("input", ins), ("output", outs)):

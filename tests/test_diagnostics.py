@@ -139,6 +139,38 @@ LOWERING = [
     ("axis", kern("X = sum(A[m*BM : +BM, :], 2)"), "2)", "axis 2 out of range for a rank-2 tile", []),
     ("unknown-fn", kern("X = frob(A[m*BM : +BM, :])"), "frob", "unknown function `frob`",
      ["tile functions: zeros, full, cast, ..."]),
+    # issue 10: runtime scalars, index tensors, strided slices, iota
+    ("scalar-grid", small("(A: f32[M], pos: i32) -> (C: f32[M])", "grid (pos) as (m)", "C[m : +1] = A[m : +1]"),
+     "pos)", "`pos` is a runtime scalar: its value is known only when the kernel runs, and this needs a value at "
+     "compile time", ["runtime scalars may set slice offsets, loop bounds and numbers in tile expressions; grids, "
+                      "tile extents, `if` and `pipelined` stages use dims and constants"]),
+    ("scalar-extent", small("(A: f32[M], pos: i32) -> (C: f32[M])", "grid (M) as (m)", "C[0 : +pos] = A[0 : +pos]"),
+     "pos]", "`pos` is a runtime scalar: its value is known only when the kernel runs, and this needs a value at "
+     "compile time", ["runtime scalars may set slice offsets, loop bounds and numbers in tile expressions; grids, "
+                      "tile extents, `if` and `pipelined` stages use dims and constants"]),
+    ("scalar-dtype", small("(A: f32[M], s: f32) -> (C: f32[M])", "grid (M) as (m)", "C[m : +1] = A[m : +1]"),
+     "s: f32", "runtime scalar `s` has dtype `f32`; runtime scalars are `i32`",
+     ["declare it `s: i32`, or pass a tensor (`s: f32[1]`)"]),
+    ("scalar-output", small("(A: f32[M]) -> (p: i32)", "grid (M) as (m)"), "p: i32",
+     "output `p` is a scalar; outputs are tensors", ["declare it with a shape, e.g. `p: i32[1]`"]),
+    ("index-float", small("(A: f32[M], X: f32[M]) -> (C: f32[M])", "grid (M) as (m)", "C[m : +1] = A[X[m] : +1]"),
+     "X[m]", "`X` is f32; an index must be an integer tensor (i32)", ["declare it `X: i32[...]`"]),
+    ("index-slice", small("(A: f32[M], ids: i32[M]) -> (C: f32[M])", "grid (M) as (m)",
+                          "C[m : +1] = A[ids[0 : 2] : +1]"),
+     "ids[0", "`ids` has rank 1: index it with 1 single indices (`ids[i]`), not slices", []),
+    ("index-grid", small("(A: f32[M], ids: i32[M]) -> (C: f32[M])", "grid (ids[0]) as (m)", "C[m : +1] = A[m : +1]"),
+     "ids[0]", "`ids[...]` is read when the kernel runs, and this needs a value at compile time",
+     ["a tensor element may set slice offsets and loop bounds"]),
+    ("step-runtime", small("(A: f32[M]) -> (C: f32[M])", "grid (M / 2) as (m)", "C[m : +2] = A[0 : +2 : m]"),
+     "m]", "the step of a slice must be a positive number known at compile time",
+     ["a literal, a dim or a constant: `x[0 : N : 2]` takes every second element"]),
+    ("step-moving", small("(A: f32[M]) -> (C: f32[M])", "grid (M / 2) as (m)", "C[m*2 : +2] = A[m : m + 4 : 2]"),
+     "m : m + 4", "a `lo : hi : step` slice must not depend on grid or loop indices",
+     ["write `lo : +n : step` (n elements) for a tile that moves with an index"]),
+    ("iota-axis", small("(A: f32[M]) -> (C: f32[M])", "grid (M / 2) as (m)", "C[m*2 : +2] = iota(f32[2], 1)"),
+     "1)", "the axis of `iota` must be a number in [0, 1)",
+     ["`iota(f32[BT, 1], 0)`: each element is its index along axis 0"]),
+
 ]
 
 

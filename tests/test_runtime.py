@@ -158,3 +158,46 @@ def test_dim_expressions_bind_and_check_extents():
     (d,) = info.value.diagnostics
     assert d.message == "`X` needs extent 30 here (from its dim expression), got 31"
     assert (d.loc.file, d.loc.line) == (path, 3)
+
+
+ATTENTION = os.path.join(ROOT, "examples", "attention.tk")
+EMBEDDING = os.path.join(ROOT, "examples", "embedding.tk")
+
+
+@pytest.mark.parametrize("target", ["interp", "tilelang-cpu"])
+def test_runtime_scalar_one_compile_serves_every_position(tmp_path, target):
+    """`pos: i32` is passed per call and never specialized: positions 0, a middle one and the
+    largest `requires pos < S` allows run on one compiled kernel, each matching torch."""
+    kernel = tkc.compile(ATTENTION, target=target, cache_dir=str(tmp_path), BT=16)
+    module = frontend(ATTENTION, {"H": 2, "HD": 32, "S": 40})
+    for pos in (0, 17, 39):
+        inputs = oracle.random_inputs(module, 3, "cpu", "normal", {"pos": pos})
+        assert inputs[-1] == pos
+        check_outputs(module, inputs, [kernel(*inputs)], f"{target} pos={pos}")
+    assert len(kernel._built) == 1
+
+
+@pytest.mark.parametrize("pos, message", [
+    (40, "requirement `pos < 40` does not hold at this call"),
+    (-1, "runtime scalar `pos` is -1; it must be in [0, 2^31)"),
+    (1.5, "runtime scalar `pos` takes a Python int, got float 1.5"),
+    (True, "runtime scalar `pos` takes a Python int, got bool True"),
+])
+def test_runtime_scalar_errors_at_the_call(tmp_path, pos, message):
+    kernel = tkc.compile(ATTENTION, target="interp", cache_dir=str(tmp_path), BT=16)
+    q, kc = rand(2, 32, dtype=torch.float32), rand(40, 64)
+    with pytest.raises(TkError) as info:
+        kernel(q, kc, kc, pos)
+    assert message in info.value.render()
+
+
+def test_index_tensor_values_are_checked_at_launch(tmp_path):
+    """A token id outside the embedding table is a user error, never a guarded (zero) row."""
+    kernel = tkc.compile(EMBEDDING, target="tilelang-cpu", cache_dir=str(tmp_path), BN=32)
+    table = rand(50, 72, dtype=torch.float32)
+    ok = kernel(table, torch.tensor([0, 49, 7], dtype=torch.int32))
+    assert torch.equal(ok, table[[0, 49, 7]])
+    for bad in (50, -1):
+        with pytest.raises(TkError) as info:
+            kernel(table, torch.tensor([0, bad, 7], dtype=torch.int32))
+        assert f"index tensor `ids` holds {bad}, outside [0, 50)" in info.value.render()
