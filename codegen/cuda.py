@@ -25,7 +25,7 @@ import json
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value, format_attr_dict
-from dsl.ops import COMPARE, compare_dtype, peer_tiles, scalars
+from dsl.ops import COMPARE, compare_dtype, peer_tiles, scalar_ranges, scalars
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin
 from codegen.cuda_gemm import GemmMixin
@@ -175,6 +175,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         except exprs.ExprError:
             raise error(launch.loc, "the CUDA backend needs a concrete grid and thread count",
                         "run the `tile` pass first (`tkc compile` does)") from None
+        self.ranges.update(scalar_ranges(func, self.m.env))  # runtime scalars: [0, their `requires` bound]
         self.check_launch(launch, grid)
         cluster = self.cluster = self.cluster_dims(launch)
         self.plan = make_plan(self.m, launch, self.threads)
@@ -197,6 +198,9 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             self.line(0, f"// {role} {a.name}: {a.type.dtype}[{', '.join(map(str, shape_of(a)))}]")
         for n, dtype, _ in scalars(func):
             self.line(0, f"// runtime scalar {n}: {dtype} (a kernel argument after the tensors)")
+        for op in func.body.ops:
+            if op.name == "tile.require" and op.attrs.get("runtime"):
+                self.line(0, f"// requires {op.attrs['cond']}: checked by tkc at every call ({_loc(op)})")
         self.line(0, f"// tkc-launch: {json.dumps(config)}")
         self.lines.extend(PRELUDE.rstrip("\n").split("\n"))
         if "cluster" in launch.attrs:
