@@ -411,6 +411,9 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         elif op.name == "tile.reduce":
             add(op.operands[0], False, OTHER)
             add(op.operands[1], True, OTHER)
+        elif op.name == "tile.reshape":
+            add(op.operands[0], False, OTHER)
+            add(op.operands[1], True, chunk_map(shape_of(op.operands[1])))
         elif op.name == "tile.gemm":
             a, b, acc = op.operands
             add(a, False, OTHER)
@@ -515,6 +518,28 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             self.write(v, ch, dd, at, "ov")
 
         self.chunk_loop(shape, d, iota)
+
+    def op_reshape(self, op: Op, d: int) -> None:
+        """dst = src's elements in row-major order; src is a shared tile (any element, any thread)."""
+        src, dst = op.operands
+        sshape, dshape = shape_of(src), shape_of(dst)
+
+        def body(ch, dd):
+            flat, stride = [], 1
+            for k in range(len(dshape) - 1, -1, -1):
+                flat.append(f"({ch.idx[k]})" if stride == 1 else f"({ch.idx[k]}) * {stride}")
+                stride *= dshape[k]
+            self.line(dd, f"const int flat = {' + '.join(reversed(flat))};")
+            idx, stride = [], 1
+            for k in range(len(sshape) - 1, -1, -1):
+                term = "(flat + e)" if stride == 1 else f"(flat + e) / {stride}"
+                idx.append(f"({term} % {sshape[k]})" if k else f"({term})")
+                stride *= sshape[k]
+            at = f"{self.name(src)}[{self.smem_offset(src, list(reversed(idx)))}]"
+            self.write(dst, ch, dd, lambda e: convert(at.replace("(flat + e)", f"(flat + {e})"), src.type.dtype,
+                                                      dst.type.dtype), "ov")
+
+        self.chunk_loop(dshape, d, body)
 
     def op_elementwise(self, op: Op, d: int) -> None:
         out, ins = op.operands[-1], op.operands[:-1]

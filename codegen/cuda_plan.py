@@ -181,6 +181,9 @@ def _roles(op: Op):
     elif op.name == "tile.reduce":
         yield "rsrc", op.operands[0]
         yield "rdst", op.operands[1]
+    elif op.name == "tile.reshape":  # a thread reads elements other threads wrote: src in shared
+        yield "rsrc", op.operands[0]
+        yield "out", op.operands[1]
     elif op.name == "tile.peer_copy":  # reads the peer's instance: no constraint on the local tile
         yield "peer", op.operands[0]
         yield "dst", op.operands[1]

@@ -467,6 +467,24 @@ class _Emitter:
             d += 1
         self.line(d, f"{gref} = {value}")
 
+    def op_reshape(self, op: Op, depth: int) -> None:
+        """dst[idx] = src[unravel(ravel(idx))]: src is shared, so any thread may read any element."""
+        src, dst = op.operands
+        sshape, dshape = src.type.concrete_shape({}), dst.type.concrete_shape({})
+        idx, d = self.loop_nest(self.dims(dst), depth)
+        flat, stride = [], 1
+        for k in range(len(dshape) - 1, -1, -1):
+            flat.append(idx[k] if stride == 1 else f"{idx[k]} * {stride}")
+            stride *= dshape[k]
+        lin = " + ".join(reversed(flat))
+        parts, stride = [], 1
+        for k in range(len(sshape) - 1, -1, -1):
+            term = f"({lin})" if stride == 1 else f"({lin}) // {stride}"
+            parts.append(f"{term} % {sshape[k]}" if k else term)
+            stride *= sshape[k]
+        value = self.cast(f"{self.name(src)}[{', '.join(reversed(parts))}]", src.type.dtype, dst.type.dtype)
+        self.line(d, f"{self.at(dst, idx)} = {value}")
+
     def op_elementwise(self, op: Op, depth: int) -> None:
         out, ins = op.operands[-1], op.operands[:-1]
         # Mixed dtypes and transcendental functions compute in f32 (f64 for f64), like the

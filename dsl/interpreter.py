@@ -270,6 +270,10 @@ class _Block:
             return  # a peer stored into it (`tile.peer_store`) before this block reached the alloc
         self.arrays[id(v)] = _poison(v.type.concrete_shape(self.scope), v.type.dtype)
 
+    def op_reshape(self, op: Op) -> None:
+        src, dst = op.operands
+        self.arrays[id(dst)][...] = round_to(self.arrays[id(src)].reshape(self.arrays[id(dst)].shape), dst.type.dtype)
+
     def op_fill(self, op: Op) -> None:
         v = op.operands[0]
         value = np.float64(self.val(op.attrs["index"]) if "index" in op.attrs else op.attrs["value"])

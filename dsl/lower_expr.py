@@ -7,6 +7,8 @@ region and returns an index expression or the tile buffer holding the value. Err
 
 from __future__ import annotations
 
+import math
+
 from dsl import ast as A
 from dsl import exprs
 from dsl import ops as O
@@ -424,6 +426,23 @@ class ExprLowerer:
             if len(args) != n:
                 raise error(e.loc, f"`{fn}` takes {n} argument{'s' * (n != 1)}, got {len(args)}")
 
+        if fn == "reshape":
+            want(2)
+            x, t = self.tile(args[0]), self.type_arg(args[1])
+            a, b = x.type.concrete_shape(self.env), t.concrete_shape(self.env)
+            if math.prod(a) != math.prod(b):
+                raise error(args[1].loc, f"cannot reshape {x.type.dtype}{list(a)} ({math.prod(a)} elements) into "
+                            f"{t.dtype}{list(b)} ({math.prod(b)} elements)", "the element counts must be equal")
+            if x.type.dtype == "bool" or t.dtype == "bool":
+                if x.type.dtype != t.dtype:
+                    raise error(e.loc, "`reshape` keeps a bool tile bool", _BOOL_HINT)
+            if x.type.space != "shared":  # every thread reads elements other threads hold
+                staged = self.temp(x.type.with_space("shared"), e.loc)
+                self.emit(O.CopyOp(operands=[x, staged], loc=e.loc))
+                x = staged
+            v = self.temp(t, e.loc)
+            self.emit(O.ReshapeOp(operands=[x, v], loc=e.loc))
+            return v
         if fn == "iota":
             want(2)
             t = self.type_arg(args[0])

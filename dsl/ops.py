@@ -9,6 +9,8 @@ interpreter (dsl/interpreter.py) is the executable definition of each op.
 
 from __future__ import annotations
 
+import math
+
 from dsl import exprs
 from dsl.ir import Op
 from dsl.types import FLOAT_DTYPES
@@ -178,6 +180,27 @@ class CopyOp(Op):
                 fail(f"rank mismatch: `{other}` is rank {other.type.rank}, tile is rank {tile.type.rank}")
         elif _shape(src, env) != _shape(dst, env):
             fail(f"shape mismatch: `{src}` is {src.type}, `{dst}` is {dst.type}")
+
+
+class ReshapeOp(Op):
+    """dst = src's elements in row-major order, laid out in dst's shape (same element count),
+    converted to dst's dtype (numpy's `reshape`). src is a shared tile: a thread reads elements
+    other threads wrote. Example: `tile.reshape(%s, %r) loc(...)`
+    """
+
+    name = "tile.reshape"
+
+    def verify(self, fail, env):
+        if len(self.operands) != 2:
+            fail("`tile.reshape` takes a source and a destination")
+            return
+        src, dst = self.operands
+        if src.type.space != "shared" or dst.type.space == "global":
+            fail("`tile.reshape` reads a shared tile into a tile")
+            return
+        a, b = _shape(src, env), _shape(dst, env)
+        if a is not None and b is not None and math.prod(a) != math.prod(b):
+            fail(f"`tile.reshape` of {list(a)} into {list(b)}: the element counts differ")
 
 
 class ElementwiseOp(Op):
@@ -375,7 +398,7 @@ class ForOp(Op):
 
 OPS: dict[str, type[Op]] = {
     cls.name: cls
-    for cls in (FuncOp, RequireOp, LaunchOp, AllocOp, FillOp, CopyOp, ElementwiseOp, ReduceOp,
+    for cls in (FuncOp, RequireOp, LaunchOp, AllocOp, FillOp, CopyOp, ReshapeOp, ElementwiseOp, ReduceOp,
                 GemmOp, ForOp, PeerCopyOp, PeerStoreOp, ClusterBarrierOp)
 }
 
