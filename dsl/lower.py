@@ -331,7 +331,8 @@ class _Lowerer(ExprLowerer):
     def gemm_layout(self, gemm: O.GemmOp, parts: list[A.LayoutPart]) -> None:
         """`with warp(WM, WN, WNITER) thread(TM, TN)`: the gemm's warp tiling (dsl/ops.WarpTiling)
         as its `warp` and `thread` attributes; raises TkError at the clause when a part is
-        unknown, repeated or missing, or the tiling does not fit the tile and the block's threads."""
+        unknown or repeated (the grammar takes exactly two), or the tiling does not fit the tile and
+        the block's threads."""
         want = {"warp": ("WM", "WN", "WNITER"), "thread": ("TM", "TN")}
         for p in parts:
             if p.name not in want:
@@ -342,10 +343,6 @@ class _Lowerer(ExprLowerer):
                 raise error(p.loc, f"`{p.name}` takes {len(want[p.name])} values ({', '.join(want[p.name])}), "
                             f"got {len(p.args)}")
             gemm.attrs[p.name] = [exprs.to_str(self.index(a, allow_vars=False)) for a in p.args]
-        missing = [n for n in want if n not in gemm.attrs]
-        if missing:
-            raise error(parts[0].loc, f"the gemm layout needs `{missing[0]}({', '.join(want[missing[0]])})` too",
-                        "write `with warp(WM, WN, WNITER) thread(TM, TN)`")
         tiling, problems = O.warp_tiling(gemm, self.env)
         threads = next(op for op in self.func.body.ops if op.name == "tile.launch").attrs["threads"]
         if tiling is not None:
