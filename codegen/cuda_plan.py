@@ -71,13 +71,13 @@ class GemmPlan:
     `wtile` (SIMT, warp-tiled: `tiling`) or `simt`."""
 
     kind: str
-    tiling: WarpTiling | None = None
     mb: int = 0  # 16-row blocks of the output
     nb: int = 0  # 16-column blocks
     wm: int = 1  # warps along M
     wn: int = 1  # warps along N
     fm: int = 0  # fragments per warp along M
     fn: int = 0  # fragments per warp along N
+    tiling: WarpTiling | None = None  # wtile: the warp tiling
 
 
 def warp_split(mb: int, nb: int, warps: int) -> tuple[int, int, int, int]:
