@@ -13,7 +13,7 @@ memory is read into them and written back around each gemm. Everything else runs
 each thread computes the products of its chunks of the accumulator, summing K in f32 (f64 for
 f64), then adds the sum to the accumulator and rounds once, like the interpreter.
 
-A gemm with a warp tiling (`with warp(WM, WN, WNITER) thread(TM, TN)`, dsl/ops.WarpTiling) runs
+A gemm with a warp tiling (`with warp(WM, WN, WNITER) thread(TM, TN)`, dsl/warp_tiling.py) runs
 as the register-tiled SIMT gemm of seed 002's SGEMM section (the "warptiling" kernel of Simon
 Boehm's CUDA SGEMM worklog): warp w owns rows (w / (BN / WN)) * WM and columns (w % (BN / WN)) * WN
 of the tile; lane l owns, in each of the warp's WMITER x WNITER sub-tiles, the TM x TN piece at
@@ -27,7 +27,7 @@ stored from there, TN consecutive elements at a time.
 from __future__ import annotations
 
 from dsl import exprs
-from dsl.ops import WarpTiling
+from dsl.warp_tiling import WarpTiling
 from codegen.cuda_plan import OTHER, GemmPlan, known_multiple, shape_of
 from codegen.cuda_prelude import C_TYPES, SIZES, compute_dtype, convert, literal
 

@@ -11,7 +11,7 @@ Placement of register tiles (`frag`/`local`), decided from every op that touches
   fragments split over the warps; allowed when the tile is only filled, accumulated into by
   tensor-core gemms and copied out to a global tensor or a shared tile.
 * `wtile`: the accumulator of SIMT gemms with a warp tiling (`with warp(...) thread(...)`,
-  dsl/ops.WarpTiling), held in each thread's registers as its WMITER*TM x WNITER*TN outputs;
+  dsl/warp_tiling.py), held in each thread's registers as its WMITER*TM x WNITER*TN outputs;
   allowed when the tile is f32 or f64, only filled, accumulated into by gemms of one tiling and
   copied out to a global tensor or a shared tile (otherwise a located error: the tiling asks for
   registers the backend cannot give).
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value
-from dsl.ops import WarpTiling, warp_tiling
+from dsl.warp_tiling import WarpTiling, warp_tiling
 from codegen.cuda_prelude import MMA_DTYPES, SIZES
 
 SMEM_ALIGN = 128  # bytes; ldmatrix and cp.async need 16

@@ -16,6 +16,7 @@ from dsl.ir import Module, Region, Value
 from dsl.types import DTYPES, TileType
 from dsl.lower_expr import BIN_OPS, ExprLowerer
 from dsl.verifier import verify
+from dsl.warp_tiling import warp_threads_problem, warp_tiling
 from dsl.parser import TOO_DEEP, TOO_DEEP_NOTE
 
 _LOOPS = {"range": "serial", "pipelined": "pipelined", "unroll": "unroll"}
@@ -329,7 +330,7 @@ class _Lowerer(ExprLowerer):
         self.emit(O.ElementwiseOp(operands=[target, value, target], attrs={"fn": BIN_OPS[s.op]}, loc=s.loc))
 
     def gemm_layout(self, gemm: O.GemmOp, parts: list[A.LayoutPart]) -> None:
-        """`with warp(WM, WN, WNITER) thread(TM, TN)`: the gemm's warp tiling (dsl/ops.WarpTiling)
+        """`with warp(WM, WN, WNITER) thread(TM, TN)`: the gemm's warp tiling (dsl/warp_tiling.py)
         as its `warp` and `thread` attributes; raises TkError at the clause when a part is
         unknown or repeated (the grammar takes exactly two), or the tiling does not fit the tile and
         the block's threads."""
@@ -343,10 +344,10 @@ class _Lowerer(ExprLowerer):
                 raise error(p.loc, f"`{p.name}` takes {len(want[p.name])} values ({', '.join(want[p.name])}), "
                             f"got {len(p.args)}")
             gemm.attrs[p.name] = [exprs.to_str(self.index(a, allow_vars=False)) for a in p.args]
-        tiling, problems = O.warp_tiling(gemm, self.env)
+        tiling, problems = warp_tiling(gemm, self.env)
         threads = next(op for op in self.func.body.ops if op.name == "tile.launch").attrs["threads"]
         if tiling is not None:
-            problem = O.warp_threads_problem(tiling, exprs.evaluate(exprs.parse(threads), self.env))
+            problem = warp_threads_problem(tiling, exprs.evaluate(exprs.parse(threads), self.env))
             problems = [problem] if problem else []
         if problems:
             raise error(parts[0].loc, f"gemm layout: {problems[0]}",

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dsl import exprs
 from dsl.diagnostics import Diagnostic, TkError
 from dsl.ir import Module, Op
-from dsl.ops import OPS, expr_attrs, warp_threads_problem, warp_tiling
+from dsl.ops import OPS, expr_attrs
+from dsl.warp_tiling import warp_threads_problem, warp_tiling
 
 # Where each op may appear: the kind of its parent (None = top level).
 _PARENTS = {

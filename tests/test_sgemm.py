@@ -26,7 +26,7 @@ from dsl.diagnostics import TkError
 from dsl.interpreter import run
 from dsl.ir import print_module
 from dsl.ir_parser import parse_module
-from dsl.ops import warp_tiling
+from dsl.warp_tiling import warp_tiling
 from dsl.parser import parse
 from test_cuda import NVCC, needs_nvcc, nvcc_all
 from tkc import driver
