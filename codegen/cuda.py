@@ -47,6 +47,7 @@ typedef typename union unsigned using virtual void volatile while half nvcuda wm
 blockDim gridDim warpSize int8_t int32_t int64_t uint4 uint2 INFINITY std
 tid warp lane grp tig it ch e row col r0 r1 r2 r3 r4 r5 kk fi fj fa fb cf gv ov sv in0 in1 sum av bv ok
 stage smem THREADS wm wn part red oi o_base sh main cg peer pv
+wtr wtc ltr ltc rm rn wi wj ti tj
 """.split())
 
 
@@ -278,7 +279,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             self.ranges[rank] = (0, c - 1)
             self.line(1, f"const int {self.cname(rank)} = {self.cname(var)} % {c};  // rank in the cluster")
         self.line(1, "const int tid = threadIdx.x;")
-        if any(g.kind == "mma" for g in self.plan.gemms.values()):
+        if any(g.kind in ("mma", "wtile") for g in self.plan.gemms.values()):
             self.line(1, "const int warp = tid / 32, lane = tid % 32;")
         if self.plan.total_smem:
             self.line(1, "extern __shared__ __align__(128) unsigned char smem[];")
@@ -287,6 +288,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             ctype = C_TYPES[v.type.dtype]
             what = f"{v.type.dtype}[{', '.join(map(str, shape_of(v)))}]"
             extra = f", {buf.slots} stages of {buf.slot_elems} elements" if buf.slots > 1 else ""
+            if buf.transposed:
+                extra += ", stored transposed: [i, k] at k * pitch + i"
             kind = "" if v.type.space == "shared" else f" ({v.type.space} tile kept in shared memory)"
             self.line(1, f"{ctype}* const {self.name(v)} = reinterpret_cast<{ctype}*>(smem + {buf.offset});  "
                       f"// {what}{kind}, row pitch {buf.pitch}{extra}")
@@ -302,6 +305,12 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                 per = -(-(numel(shape) // width) // self.threads)
                 self.line(1, f"{C_TYPES[v.type.dtype]} {self.name(v)}[{per * width}];  // {what} in registers: "
                           f"{per} chunk{'s' * (per > 1)} of {width} per thread")
+            elif where == "wtile":
+                t = self.plan.acc_split[id(v)].tiling
+                self.line(1, f"{C_TYPES[v.type.dtype]} {self.name(v)}[{t.wmiter * t.tm}][{t.wniter * t.tn}];  "
+                          f"// {what} warp-tiled: warps {t.bm // t.wm} x {t.bn // t.wn} of {t.wm} x {t.wn}, "
+                          f"sub-tiles {t.wmiter} x {t.wniter} of {t.wsubm} x {t.wsubn}, this thread's "
+                          f"{t.tm} x {t.tn} of each in registers")
             elif where == "mma":
                 gp = self.plan.acc_split[id(v)]
                 self.line(1, f"float {self.name(v)}[{gp.fm}][{gp.fn}][8];  // {what} as mma.sync accumulators: "
@@ -393,7 +402,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             add(op.operands[0], True, chunk_map(shape_of(op.operands[0])))
         elif op.name == "tile.copy":
             src, dst = op.operands
-            if self.plan.where(src) == "mma":
+            if self.plan.where(src) in ("mma", "wtile"):
                 add(dst, True, OTHER)
             else:
                 tile = dst if src.type.space == "global" else src
@@ -499,6 +508,9 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                         "fill a separate tile and add it after the gemm")
         if self.plan.where(v) == "mma":
             self.mma_fill(v, op.attrs["value"], d)
+            return
+        if self.plan.where(v) == "wtile":
+            self.wtile_fill(v, op.attrs["value"], d)
             return
         ct = compute_dtype(v.type.dtype)
         value = convert(literal(op.attrs["value"], ct), ct, v.type.dtype)

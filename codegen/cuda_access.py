@@ -120,6 +120,8 @@ class AccessMixin:
         """Element offset in shared tile `v` of tile index `idx` (dims of size 1 read index 0)."""
         buf = self.plan.smem[id(v)]
         shape = shape_of(v)
+        if buf.transposed:  # [i, k] at k * pitch + i (cuda_plan.SmemBuffer)
+            shape, idx = shape[::-1], idx[::-1]
         strides, s = [], 1
         for k in range(len(shape) - 1, -1, -1):
             strides.append(s)
@@ -140,6 +142,8 @@ class AccessMixin:
     def smem_word(self, v, width: int) -> int:
         """Bytes per access for a chunk of `width` elements of shared tile `v` (alignment-safe)."""
         size = SIZES[v.type.dtype]
+        if self.plan.smem[id(v)].transposed:  # a chunk's elements are a column apart
+            return size
         word = min(16, width * size)
         pitch_bytes = self.plan.smem[id(v)].pitch * size
         while word > size and pitch_bytes % word:
@@ -171,6 +175,10 @@ class AccessMixin:
             self.elem_loop(d, f"{ch.reg(self.name(v))} = {value('e')};", ch.width)
             return
         ctype = C_TYPES[v.type.dtype]
+        if self.plan.smem[id(v)].transposed:  # one element at a time, a column apart
+            at = self.smem_offset(v, ch.idx[:-1] + [_add(ch.idx[-1], "e")])
+            self.elem_loop(d, f"{self.name(v)}[{at}] = {value('e')};", ch.width)
+            return
         self.line(d, f"alignas(16) {ctype} {tmp}[{ch.width}];")
         self.elem_loop(d, f"{tmp}[e] = {value('e')};", ch.width)
         word = self.smem_word(v, ch.width)
@@ -237,6 +245,8 @@ class AccessMixin:
         ws, wd = self.plan.where(src), self.plan.where(dst)
         if ws == "mma":
             self.mma_copy_out(op, d)
+        elif ws == "wtile":
+            self.wtile_copy_out(op, d)
         elif (ws == "global" and d == 1 and wd == "shared" and id(dst) not in self.remote
               and self.can_cp_async(op)):  # d == 1: not in a loop
             # A copy into a shared tile outside loops goes through cp.async: no registers, and the
@@ -270,12 +280,23 @@ class AccessMixin:
         texts = op.attrs["src_offsets"]
         size = SIZES[src.type.dtype]
         vec = shape_of(src)[-1] % width == 0 and known_multiple(exprs.parse(texts[-1])) % width == 0
+        if self.plan.smem[id(dst)].transposed:  # one element per cp.async (4 or 8 bytes)
+            return vec and size >= 4
         return vec and width * size >= 4 and self.smem_word(dst, width) == min(16, width * size)
 
     def load_chunk(self, op, ch: Chunk, d: int, async_: bool) -> None:
         src, dst = op.operands
         gc = self.global_chunk(op, src, "src", ch.idx, ch.width)
         stype, size = C_TYPES[src.type.dtype], SIZES[src.type.dtype]
+        if async_ and self.plan.smem[id(dst)].transposed:  # an element per copy, each to its column
+            if gc.cond:
+                self.line(d, f"const bool ok = {gc.cond};")
+            for k in range(ch.width):
+                s_at = f"&{self.name(dst)}[{self.smem_offset(dst, ch.idx[:-1] + [_add(ch.idx[-1], str(k))])}]"
+                g_at = gc.ptr if not k else f"{gc.ptr} + {k}"
+                self.line(d, f"tk_cp_async<{size}>({s_at}, ok ? {g_at} : {gc.base}, ok);" if gc.cond
+                          else f"tk_cp_async<{size}>({s_at}, {g_at});")
+            return
         if async_:
             soff = self.smem_offset(dst, ch.idx)
             per = gc.word // size

@@ -12,13 +12,24 @@ after a transpose within each quad of lanes, where the tile allows); one placed 
 memory is read into them and written back around each gemm. Everything else runs as a SIMT loop:
 each thread computes the products of its chunks of the accumulator, summing K in f32 (f64 for
 f64), then adds the sum to the accumulator and rounds once, like the interpreter.
+
+A gemm with a warp tiling (`with warp(WM, WN, WNITER) thread(TM, TN)`, dsl/warp_tiling.py) runs
+as the register-tiled SIMT gemm of seed 002's SGEMM section (the "warptiling" kernel of Simon
+Boehm's CUDA SGEMM worklog): warp w owns rows (w / (BN / WN)) * WM and columns (w % (BN / WN)) * WN
+of the tile; lane l owns, in each of the warp's WMITER x WNITER sub-tiles, the TM x TN piece at
+row (l / (WSUBN / TN)) * TM, column (l % (WSUBN / TN)) * TN. Per k the thread loads its WMITER * TM
+values of A's column k (A is stored transposed: TM consecutive floats, vector loads) and its
+WNITER * TN values of B's row k, then does the outer product's WMITER * TM * WNITER * TN FMAs into
+accumulators that stay in its registers across the whole K loop (`wtile` placement) and are
+stored from there, TN consecutive elements at a time.
 """
 
 from __future__ import annotations
 
 from dsl import exprs
+from dsl.warp_tiling import WarpTiling
 from codegen.cuda_plan import OTHER, GemmPlan, known_multiple, shape_of
-from codegen.cuda_prelude import C_TYPES, SIZES, compute_dtype, convert
+from codegen.cuda_prelude import C_TYPES, SIZES, compute_dtype, convert, literal
 
 # (row offset, column offset) of accumulator floats [2h, 2h + 1] of a 16x16 block, h = 0..3
 PAIRS = [(0, 0), (8, 0), (0, 8), (8, 8)]
@@ -35,6 +46,8 @@ class GemmMixin:
         gp = self.plan.gemms[id(op)]
         if gp.kind == "mma":
             self.mma_gemm(op, gp, d)
+        elif gp.kind == "wtile":
+            self.wtile_gemm(op, gp.tiling, d)
         else:
             self.simt_gemm(op, d)
 
@@ -263,3 +276,95 @@ class GemmMixin:
                                                        acc.type.dtype), "ov")
 
         self.chunk_loop(shape_of(acc), d, body)
+
+    # ---- SIMT, warp-tiled -------------------------------------------------------------------
+    def wtile_coords(self, t: WarpTiling, d: int) -> tuple:
+        """Declare this thread's warp tile (wtr, wtc) and its place in a sub-tile (ltr, ltc);
+        returns (row(wi, i), col(wj, j)): C expressions of the tile row of accumulator row
+        wi * TM + i and the tile column of accumulator column wj * TN + j. `warp`, `lane` declared."""
+        self.line(d, f"const int wtr = warp / {t.bn // t.wn}, wtc = warp % {t.bn // t.wn};  "
+                     f"// this warp's {t.wm} x {t.wn} tile")
+        self.line(d, f"const int ltr = lane / {t.lanes_n}, ltc = lane % {t.lanes_n};  "
+                     f"// this thread's {t.tm} x {t.tn} piece of each {t.wsubm} x {t.wsubn} sub-tile")
+
+        def row(wi: str, i: str) -> str:
+            return f"wtr * {t.wm} + {wi} * {t.wsubm} + ltr * {t.tm} + {i}"
+
+        def col(wj: str, j: str) -> str:
+            return f"wtc * {t.wn} + {wj} * {t.wsubn} + ltc * {t.tn} + {j}"
+
+        return row, col
+
+    def wtile_word(self, v, count: int) -> int:
+        """Bytes per shared load of `count` consecutive elements of tile `v` whose offsets are
+        multiples of `count` (a power of two up to 16 that divides `count` and the row pitch)."""
+        size = SIZES[v.type.dtype]
+        per = 1
+        while per * 2 * size <= 16 and count % (per * 2) == 0 and self.plan.smem[id(v)].pitch % (per * 2) == 0:
+            per *= 2
+        return per * size
+
+    def wtile_fill(self, v, value: float, d: int) -> None:
+        t = self.plan.acc_split[id(v)].tiling
+        self.line(d, "#pragma unroll")
+        self.line(d, f"for (int ti = 0; ti < {t.wmiter * t.tm}; ++ti)")
+        self.line(d + 1, "#pragma unroll")
+        self.line(d + 1, f"for (int tj = 0; tj < {t.wniter * t.tn}; ++tj) {self.name(v)}[ti][tj] = "
+                         f"{literal(value, v.type.dtype)};")
+
+    def wtile_gemm(self, op, t: WarpTiling, d: int) -> None:
+        """acc += a @ b, warp-tiled (module docstring): a is a transposed shared tile, b a shared
+        tile, acc a `wtile` register tile (codegen/cuda_plan.py)."""
+        a, b, acc = op.operands
+        k = shape_of(a)[1]
+        ct = compute_dtype(acc.type.dtype)
+        at, bt = C_TYPES[a.type.dtype], C_TYPES[b.type.dtype]
+        self.line(d, "{")
+        d += 1
+        row, col = self.wtile_coords(t, d)
+        fmas = t.wmiter * t.tm * t.wniter * t.tn
+        # Fully unrolled the k loop is k * fmas FMAs of straight-line code; past that, unroll 4.
+        self.line(d, "#pragma unroll" if k * fmas <= 16384 else "#pragma unroll 4")
+        self.line(d, f"for (int kk = 0; kk < {k}; ++kk) {{")
+        self.line(d + 1, f"alignas(16) {at} rm[{t.wmiter}][{t.tm}];  // A[rows, kk] of this thread's pieces")
+        self.line(d + 1, f"alignas(16) {bt} rn[{t.wniter}][{t.tn}];  // B[kk, columns] of this thread's pieces")
+        a_at = self.smem_offset(a, [row("wi", "0"), "kk"])
+        b_at = self.smem_offset(b, ["kk", col("wj", "0")])
+        self.line(d + 1, "#pragma unroll")
+        self.line(d + 1, f"for (int wi = 0; wi < {t.wmiter}; ++wi) "
+                         f"tk_load<{self.wtile_word(a, t.tm)}>(rm[wi], &{self.name(a)}[{a_at}]);")
+        self.line(d + 1, "#pragma unroll")
+        self.line(d + 1, f"for (int wj = 0; wj < {t.wniter}; ++wj) "
+                         f"tk_load<{self.wtile_word(b, t.tn)}>(rn[wj], &{self.name(b)}[{b_at}]);")
+        self.line(d + 1, "#pragma unroll")
+        self.line(d + 1, f"for (int ti = 0; ti < {t.wmiter * t.tm}; ++ti)")
+        self.line(d + 2, "#pragma unroll")
+        self.line(d + 2, f"for (int tj = 0; tj < {t.wniter * t.tn}; ++tj)")
+        prod = (f"{convert(f'rm[ti / {t.tm}][ti % {t.tm}]', a.type.dtype, ct)} * "
+                f"{convert(f'rn[tj / {t.tn}][tj % {t.tn}]', b.type.dtype, ct)}")
+        self.line(d + 3, f"{self.name(acc)}[ti][tj] += {prod};")
+        self.line(d, "}")
+        self.line(d - 1, "}")
+
+    def wtile_copy_out(self, op, d: int) -> None:
+        """Copy a `wtile` register tile to a global tensor (TN consecutive elements per thread and
+        row, in vector stores where the tensor allows, guarded at its edges) or a shared tile."""
+        src, dst = op.operands
+        t = self.plan.acc_split[id(src)].tiling
+        self.line(d, "{")
+        row, col = self.wtile_coords(t, d + 1)
+        piece = next(w for w in (8, 4, 2, 1) if t.tn % w == 0)  # a power of two: whole vector stores
+        self.line(d + 1, "#pragma unroll")
+        self.line(d + 1, f"for (int ti = 0; ti < {t.wmiter * t.tm}; ++ti)")
+        self.line(d + 2, "#pragma unroll")
+        self.line(d + 2, f"for (int tj = 0; tj < {t.wniter * t.tn}; tj += {piece}) {{")
+        dd = d + 3
+        self.line(dd, f"const int row = {row(f'(ti / {t.tm})', f'ti % {t.tm}')}, "
+                      f"col = {col(f'(tj / {t.tn})', f'tj % {t.tn}')};")
+        value = lambda e: convert(f"{self.name(src)}[ti][tj + {e}]", src.type.dtype, dst.type.dtype)  # noqa: E731
+        if dst.type.space == "global":
+            self.store_global(op, dst, ["row", "col"], piece, value, dd)
+        else:
+            self.elem_loop(dd, f"{self.name(dst)}[{self.smem_offset(dst, ['row', 'col + e'])}] = {value('e')};", piece)
+        self.line(d + 2, "}")
+        self.line(d, "}")

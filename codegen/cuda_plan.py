@@ -10,8 +10,17 @@ Placement of register tiles (`frag`/`local`), decided from every op that touches
 * `mma`: the accumulator of tensor-core gemms, held in the registers of `mma.sync` accumulator
   fragments split over the warps; allowed when the tile is only filled, accumulated into by
   tensor-core gemms and copied out to a global tensor or a shared tile.
+* `wtile`: the accumulator of SIMT gemms with a warp tiling (`with warp(...) thread(...)`,
+  dsl/warp_tiling.py), held in each thread's registers as its WMITER*TM x WNITER*TN outputs;
+  allowed when the tile is f32 or f64, only filled, accumulated into by gemms of one tiling and
+  copied out to a global tensor or a shared tile (otherwise a located error: the tiling asks for
+  registers the backend cannot give).
 * `shared`: everything else (reduction operands, broadcast inputs, gemm operands) is kept in
   shared memory, which any thread can read.
+
+The A operand of a warp-tiled gemm is stored transposed (`SmemBuffer.transposed`: element [i, k]
+at k * pitch + i), so that a thread's TM consecutive rows at one k are one vector load (seed 002,
+after Boehm's SGEMM worklog), when it is only written by copies and fills and read by such gemms.
 
 Shared memory: buffers whose lifetimes do not overlap share bytes (a buffer used inside a loop
 lives through the whole loop); each gets the lowest offset free for its lifetime.
@@ -28,7 +37,9 @@ import math
 from dataclasses import dataclass, field
 
 from dsl import exprs
+from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value
+from dsl.warp_tiling import WarpTiling, warp_tiling
 from codegen.cuda_prelude import MMA_DTYPES, SIZES
 
 SMEM_ALIGN = 128  # bytes; ldmatrix and cp.async need 16
@@ -56,7 +67,8 @@ def chunk_map(shape) -> tuple:
 
 @dataclass
 class GemmPlan:
-    """How one tile.gemm runs: `mma` (tensor cores, 16x16 output blocks) or `simt`, and its warp split."""
+    """How one tile.gemm runs: `mma` (tensor cores, 16x16 output blocks) and its warp split,
+    `wtile` (SIMT, warp-tiled: `tiling`) or `simt`."""
 
     kind: str
     mb: int = 0  # 16-row blocks of the output
@@ -65,6 +77,7 @@ class GemmPlan:
     wn: int = 1  # warps along N
     fm: int = 0  # fragments per warp along M
     fn: int = 0  # fragments per warp along N
+    tiling: WarpTiling | None = None  # wtile: the warp tiling
 
 
 def warp_split(mb: int, nb: int, warps: int) -> tuple[int, int, int, int]:
@@ -88,12 +101,13 @@ class SmemBuffer:
     pitch: int  # elements per row (last dim plus padding)
     slots: int  # pipeline stages
     offset: int = 0  # bytes from the start of dynamic shared memory
+    transposed: bool = False  # 2-d, stored column by column: [i, k] at k * pitch + i
 
     @property
     def slot_elems(self) -> int:
         """Elements from one pipeline stage's copy to the next (a multiple of 128 bytes)."""
         shape = shape_of(self.value)
-        n = numel(shape[:-1]) * self.pitch
+        n = (shape[1] if self.transposed else numel(shape[:-1])) * self.pitch
         if self.slots == 1:
             return n
         unit = max(1, SMEM_ALIGN // SIZES[self.value.type.dtype])
@@ -109,7 +123,7 @@ class Plan:
     threads: int
     placement: dict[int, str] = field(default_factory=dict)  # id(value) -> regs | mma | shared
     gemms: dict[int, GemmPlan] = field(default_factory=dict)  # id(op) -> plan
-    acc_split: dict[int, GemmPlan] = field(default_factory=dict)  # id(mma tile) -> its warp split
+    acc_split: dict[int, GemmPlan] = field(default_factory=dict)  # id(mma/wtile tile) -> its gemm's plan
     smem: dict[int, SmemBuffer] = field(default_factory=dict)  # id(value) -> buffer
     order: list[SmemBuffer] = field(default_factory=list)
     total_smem: int = 0
@@ -128,6 +142,9 @@ class Plan:
 
 
 def plan_gemm(op: Op, threads: int) -> GemmPlan:
+    tiling = warp_tiling(op, {})[0]
+    if tiling is not None:  # the kernel asked for this warp tiling: SIMT, as it says
+        return GemmPlan("wtile", tiling=tiling)
     a, b, acc = op.operands
     (m, k), n = shape_of(a), shape_of(b)[1]
     ok = (a.type.dtype in MMA_DTYPES and b.type.dtype == a.type.dtype and acc.type.dtype == "f32"
@@ -153,7 +170,12 @@ def make_plan(module: Module, launch: Op, threads: int) -> Plan:
         if v.type.space == "shared":
             continue
         roles = uses[id(v)]
-        if _mma_ok(plan, v, roles):
+        wtile = [op for op, role in roles if role == "acc" and plan.gemms[id(op)].kind == "wtile"]
+        if wtile:
+            _check_wtile(plan, v, roles, wtile[0])
+            plan.placement[id(v)] = "wtile"
+            plan.acc_split[id(v)] = plan.gemms[id(wtile[0])]
+        elif _mma_ok(plan, v, roles):
             plan.placement[id(v)] = "mma"
             gemm = next(op for op, role in roles if role == "acc")
             plan.acc_split[id(v)] = plan.gemms[id(gemm)]
@@ -212,6 +234,36 @@ def _mma_ok(plan: Plan, v: Value, roles) -> bool:
     return True
 
 
+def _check_wtile(plan: Plan, v: Value, roles, gemm: Op) -> None:
+    """Raise a located TkError unless accumulator `v` of warp-tiled gemm `gemm` can stay in the
+    threads' registers (module docstring, `wtile`)."""
+    fix = ("store it (`C[...] = acc`) or copy it to shared memory (`s = shared(acc)`) and compute on that, or "
+           "drop the `with` clause")
+    if v.type.dtype not in ("f32", "f64"):
+        raise error(gemm.loc, f"the CUDA backend's warp-tiled gemm needs an f32 or f64 accumulator; `{v}` is "
+                    f"{v.type.dtype}", "accumulate in f32 and cast after the loop")
+    tiling = plan.gemms[id(gemm)].tiling
+    for op, role in roles:
+        if role == "fill" or (role == "src" and op.operands[1].type.space in ("global", "shared")):
+            continue
+        if role == "acc" and plan.gemms[id(op)].kind == "wtile" and plan.gemms[id(op)].tiling == tiling:
+            continue
+        raise error(gemm.loc, f"the warp tiling keeps `{v}` in the registers of the threads that computed it, "
+                    f"but `{op.name}` at {op.loc.file}:{op.loc.line}:{op.loc.col} uses it another way",
+                    f"a warp-tiled accumulator is only filled, accumulated into by gemms with the same tiling and "
+                    f"copied out: {fix}")
+
+
+def _transposed_ok(plan: Plan, v: Value, uses) -> bool:
+    """Whether shared tile `v` is stored transposed: the A operand of a warp-tiled gemm, written
+    only by copies (a tile.copy or tile.peer_copy destination) and fills."""
+    if len(shape_of(v)) != 2:
+        return False
+    wtile_a = [op for op, role in uses if role == "a" and op.name == "tile.gemm" and plan.gemms[id(op)].kind == "wtile"]
+    others = [(op, role) for op, role in uses if not (role == "a" and any(op is g for g in wtile_a))]
+    return bool(wtile_a) and all(role in ("dst", "fill") for _, role in others)
+
+
 def _register_ok(v: Value, op: Op, role: str, plan: Plan) -> bool:
     if role in ("fill", "src", "dst", "in", "out"):
         return True
@@ -266,6 +318,9 @@ def _layout(plan: Plan, launch: Op, allocs: list[Op], uses) -> None:
         if plan.where(v) != "shared":
             continue
         kinds = [(role, plan.gemms[id(op)].kind if op.name == "tile.gemm" else "") for op, role in uses[id(v)]]
+        if _transposed_ok(plan, v, uses[id(v)]):
+            bufs.append(SmemBuffer(v, shape_of(v)[0], int(a.attrs.get("stages", 1)), transposed=True))
+            continue
         bufs.append(SmemBuffer(v, _pitch(v, kinds), int(a.attrs.get("stages", 1))))
     order = sorted(range(len(bufs)), key=lambda i: (-bufs[i].nbytes, i))
     placed: list[SmemBuffer] = []

@@ -104,10 +104,19 @@ class Assign(Node):
 
 
 @dataclass
+class LayoutPart(Node):
+    """One part of a gemm's `with` clause: `warp(WM, WN, WNITER)` or `thread(TM, TN)`."""
+
+    name: str
+    args: list[Expr]
+
+
+@dataclass
 class AugAssign(Node):
     target: str
     op: str  # + - * /
     value: Expr
+    layout: list[LayoutPart] = field(default_factory=list)  # `with ...` after `acc += a @ b`
 
 
 @dataclass

@@ -16,6 +16,7 @@ from dsl.ir import Module, Region, Value
 from dsl.types import DTYPES, TileType
 from dsl.lower_expr import BIN_OPS, ExprLowerer
 from dsl.verifier import verify
+from dsl.warp_tiling import warp_threads_problem, warp_tiling
 from dsl.parser import TOO_DEEP, TOO_DEEP_NOTE
 
 _LOOPS = {"range": "serial", "pipelined": "pipelined", "unroll": "unroll"}
@@ -329,10 +330,15 @@ class _Lowerer(ExprLowerer):
         if not isinstance(target, Value):
             raise error(s.loc, f"cannot update `{s.target}`: it is an index or a constant")
         target = self.tile_var(s.target, s.loc)
+        if s.layout and not (s.op == "+" and isinstance(s.value, A.BinOp) and s.value.op == "@"):
+            raise error(s.layout[0].loc, "a `with` layout applies only to a gemm update `acc += a @ b`")
         if s.op == "+" and isinstance(s.value, A.BinOp) and s.value.op == "@":
             a, b = self.gemm_operands(s.value)
             self.check_gemm(a, b, target, s.value.loc)
-            self.emit(O.GemmOp(operands=[a, b, target], loc=s.loc))
+            gemm = O.GemmOp(operands=[a, b, target], loc=s.loc)
+            if s.layout:
+                self.gemm_layout(gemm, s.layout)
+            self.emit(gemm)
             return
         if s.op == "+" and isinstance(s.value, A.Call) and s.value.fn == "sum":
             x, axis, result = self.reduction(s.value)
@@ -351,6 +357,30 @@ class _Lowerer(ExprLowerer):
             value = self.tile(s.value)
         self.check_shape(target.type, value.type, s.value.loc, f"`{s.op}=` on `{s.target}`", broadcast=True)
         self.emit(O.ElementwiseOp(operands=[target, value, target], attrs={"fn": BIN_OPS[s.op]}, loc=s.loc))
+
+    def gemm_layout(self, gemm: O.GemmOp, parts: list[A.LayoutPart]) -> None:
+        """`with warp(WM, WN, WNITER) thread(TM, TN)`: the gemm's warp tiling (dsl/warp_tiling.py)
+        as its `warp` and `thread` attributes; raises TkError at the clause when a part is
+        unknown or repeated (the grammar takes exactly two), or the tiling does not fit the tile and
+        the block's threads."""
+        want = {"warp": ("WM", "WN", "WNITER"), "thread": ("TM", "TN")}
+        for p in parts:
+            if p.name not in want:
+                raise error(p.loc, f"unknown gemm layout `{p.name}`", "write `with warp(WM, WN, WNITER) thread(TM, TN)`")
+            if p.name in gemm.attrs:
+                raise error(p.loc, f"`{p.name}` is given twice")
+            if len(p.args) != len(want[p.name]):
+                raise error(p.loc, f"`{p.name}` takes {len(want[p.name])} values ({', '.join(want[p.name])}), "
+                            f"got {len(p.args)}")
+            gemm.attrs[p.name] = [exprs.to_str(self.index(a, allow_vars=False)) for a in p.args]
+        tiling, problems = warp_tiling(gemm, self.env)
+        threads = next(op for op in self.func.body.ops if op.name == "tile.launch").attrs["threads"]
+        if tiling is not None:
+            problem = warp_threads_problem(tiling, exprs.evaluate(exprs.parse(threads), self.env))
+            problems = [problem] if problem else []
+        if problems:
+            raise error(parts[0].loc, f"gemm layout: {problems[0]}",
+                        "see docs/LANGUAGE.md, \"Warp tiling of a gemm\", for the constraints")
 
     def peer_store(self, s: A.CallStore) -> None:
         """`peer(P, rank...) = value`: write `value` into the instance of shared tile `P` that

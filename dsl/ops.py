@@ -14,6 +14,7 @@ import math
 from dsl import exprs
 from dsl.ir import Op
 from dsl.types import FLOAT_DTYPES
+from dsl.warp_tiling import warp_tiling
 
 UNARY = ("neg", "exp", "exp2", "log", "sin", "cos", "tanh", "sigmoid", "relu", "silu", "abs", "sqrt", "rsqrt")
 # rsub(x, y) = y - x and rdiv(x, y) = y / x: a number on the left of `-` or `/` (`1.0 - t`)
@@ -286,8 +287,11 @@ class GemmOp(Op):
     """acc += a @ b with a: [M, K], b: [K, N], acc: [M, N]; products accumulate in acc's dtype.
 
     Operands are tiles (shared, frag or local); acc is frag or local and a float dtype.
-    Backends use tensor cores (mma/wgmma through T.gemm) when the tile allows it.
-    Example: `tile.gemm(%a, %b, %acc) loc(...)`
+    Backends use tensor cores (mma/wgmma through T.gemm) when the tile allows it. Optional
+    attributes `warp = [WM, WN, WNITER]` and `thread = [TM, TN]` (index expressions over dims and
+    constants, both or neither) give the warp tiling of a SIMT gemm (dsl/warp_tiling.py); they do not
+    change what the op computes. Examples: `tile.gemm(%a, %b, %acc) loc(...)`,
+    `tile.gemm(%a, %b, %acc) {thread = ["TM", "TN"], warp = ["WM", "WN", "WNITER"]} loc(...)`
     """
 
     name = "tile.gemm"
@@ -308,6 +312,9 @@ class GemmOp(Op):
             return
         if sa[1] != sb[0] or sa[0] != sc[0] or sb[1] != sc[1]:
             fail(f"gemm shapes do not agree: {a.type} @ {b.type} -> {acc.type}")
+            return
+        for problem in warp_tiling(self, env)[1]:
+            fail(problem)
 
 
 class PeerCopyOp(Op):
@@ -404,7 +411,7 @@ OPS: dict[str, type[Op]] = {
 
 # Attributes that hold index expressions (strings), checked for names in scope by the verifier.
 EXPR_ATTRS = ("cond", "grid", "threads", "src_offsets", "dst_offsets", "lo", "hi", "stages", "cluster", "rank",
-              "index")
+              "index", "warp", "thread")
 
 
 def scalars(func: Op) -> list[tuple[str, str, int]]:

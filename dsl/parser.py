@@ -144,7 +144,11 @@ class _Builder:
         if kind == "assign":
             return A.Assign(loc, str(kids[0]), self.expr(kids[1]))
         if kind == "augassign":
-            return A.AugAssign(loc, str(kids[0]), str(kids[1])[0], self.expr(kids[2]))
+            layout = []
+            if kids[3] is not None:  # `with warp(...) thread(...)`
+                layout = [A.LayoutPart(self.loc(p), str(p.children[0]), [self.expr(a) for a in p.children[1:]])
+                          for p in kids[3].children]
+            return A.AugAssign(loc, str(kids[0]), str(kids[1])[0], self.expr(kids[2]), layout)
         if kind in ("store", "store_aug"):
             op = str(kids[2])[0] if kind == "store_aug" else None
             return A.Store(loc, str(kids[0]), self.subs(kids[1]), self.expr(kids[-1]), op)

@@ -10,6 +10,7 @@ from dsl import exprs
 from dsl.diagnostics import Diagnostic, TkError
 from dsl.ir import Module, Op
 from dsl.ops import OPS, expr_attrs
+from dsl.warp_tiling import warp_threads_problem, warp_tiling
 
 # Where each op may appear: the kind of its parent (None = top level).
 _PARENTS = {
@@ -26,7 +27,8 @@ def verify(module: Module, stage: str = "") -> None:
     env = module.env
     suffix = f" ({stage})" if stage else ""
 
-    def check(op: Op, parent: str | None, values: set, names: set[str], cluster: bool = False) -> None:
+    def check(op: Op, parent: str | None, values: set, names: set[str], cluster: bool = False,
+              threads: int | None = None) -> None:
         def fail(msg: str, *notes: str) -> None:
             diags.append(Diagnostic(op.loc, f"invalid IR: {msg}{suffix}", list(notes)))
 
@@ -40,6 +42,10 @@ def verify(module: Module, stage: str = "") -> None:
             fail(f"`{op.name}` needs a grid with a `cluster`")
         if op.name == "tile.launch":
             cluster = "cluster" in op.attrs
+            try:
+                threads = exprs.evaluate(exprs.parse(op.attrs.get("threads", "128")), env)
+            except exprs.ExprError:
+                threads = None
         for v in op.operands:
             if id(v) not in values:
                 fail(f"operand `{v}` is used before it is defined or outside its scope")
@@ -49,6 +55,11 @@ def verify(module: Module, stage: str = "") -> None:
                 fail(f"unknown name `{sorted(unknown)[0]}` in `{key}`")
         try:
             op.verify(fail, env)
+            if op.name == "tile.gemm" and threads is not None:  # the warp tiling against the launch
+                tiling = warp_tiling(op, env)[0]
+                problem = tiling and warp_threads_problem(tiling, threads)
+                if problem:
+                    fail(problem)
         except exprs.ExprError as exc:
             fail(str(exc))
         for r in op.results:
@@ -61,7 +72,7 @@ def verify(module: Module, stage: str = "") -> None:
         for region in op.regions:
             inner = set(values) | {id(a) for a in region.args}
             for child in region.ops:
-                check(child, op.name, inner, inner_names, cluster)
+                check(child, op.name, inner, inner_names, cluster, threads)
 
     from dsl.ops import scalars
 

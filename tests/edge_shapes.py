@@ -85,6 +85,16 @@ SPECS: dict[str, Spec] = {
     "tests/programs/gemm_loop.tk": Spec({"M": 72, "N": 40, "K": 100}, {"BM": 32, "BN": 32, "BK": 16, "stages": 3},
                                         {"M": "BM", "N": "BN", "K": "BK"},
                                         variants=({"BK": 8},)),  # BK % 16 != 0: the CUDA SIMT gemm, in a loop
+    # 4 warps of 16 x 16, each thread 4 x 2 (WMITER = WNITER = 1); variants: WMITER = 2, WNITER = 2,
+    # TM = 1 (scalar A loads), BK = 16 (K = 40 ends in a half tile loaded by guarded cp.async),
+    # and the file's own tiling (one partial 128 x 128 block)
+    "examples/sgemm.tk": Spec({"M": 40, "N": 72, "K": 40},
+                              {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 2, "WM": 16, "WN": 16, "WNITER": 1,
+                               "stages": 2, "threads": 128},
+                              {"M": "BM", "N": "BN", "K": "BK"},
+                              variants=({"TM": 2, "TN": 2}, {"WNITER": 2, "TN": 1}, {"TM": 1, "TN": 8}, {"BK": 16},
+                                        {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 4, "WM": 64, "WN": 64,
+                                         "WNITER": 4})),
 }
 
 

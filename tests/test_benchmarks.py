@@ -204,3 +204,24 @@ def test_compile_time_scaling_dry_run(tmp_path):
     assert set(data["scaling"]) == {"tilelang", "cuda"}
     assert all(set(r) == {"100", "400"} and min(r.values()) > 0 for r in data["scaling"].values())
     assert "| 100 |" in proc.stdout and "| 400 |" in proc.stdout and ": linear" in proc.stdout
+
+
+# ----------------------------------------------------------------------------- sgemm.py
+
+def test_sgemm_cpu_dry_run(tmp_path):
+    """examples/sgemm.tk with its own tiling and another one checks out (interpreter, 64^3); a
+    tiling that breaks a `requires` is an error row, not a crash, and not a failure; the sweep's
+    tilings all satisfy the example's `requires` (they are only timed on a GPU)."""
+    from tkc import driver
+
+    out = tmp_path / "sgemm.json"
+    proc = run_script("sgemm.py", ["--cpu", "--rep", "1", "--configs", "default;TN=8,WNITER=2;BM=100",
+                                   "--out", str(out), "--cache-dir", str(tmp_path / "cache")], tmp_path)
+    rows = {r["variant"]: r for r in json.loads(out.read_text())["rows"]}
+    assert sorted(rows) == ["tkc interp BM=100", "tkc interp TN=8,WNITER=2", "tkc interp default"]
+    assert rows.pop("tkc interp BM=100")["status"].endswith("requirement `BM % WM == 0` does not hold")
+    for name, r in rows.items():
+        assert r["status"] == "ok" and r["rel_err"] <= 1e-6 and r["ms"] > 0, (name, r)
+    assert "| variant | ms | TFLOP/s |" in proc.stdout
+    for consts in load("sgemm").SWEEP:
+        driver.frontend(os.path.join(ROOT, "examples", "sgemm.tk"), consts)  # raises on a broken `requires`

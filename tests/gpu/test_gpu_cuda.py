@@ -170,3 +170,24 @@ def test_dtype_mix_matches_torch(tmp_path_factory, m, dist, seed):
                         for a, t in zip(args, inputs)})
     check_dtype_mix(lowered, [t.cpu() for t in inputs], [torch.from_numpy(want[n]) for n in ("Y", "Z", "D", "J")],
                     dist, "interpreter")
+
+
+# examples/sgemm.tk's own tiling and others from benchmarks/sgemm.py's sweep (each satisfies the
+# example's `requires`; tests/test_benchmarks.py checks the whole sweep list does)
+SGEMM_TILINGS = [{}, {"TM": 4, "TN": 4, "WNITER": 2}, {"BN": 256, "threads": 256}, {"BK": 8, "stages": 3},
+                 {"BM": 64, "WM": 32, "TM": 4, "TN": 4, "WNITER": 4}]
+
+
+@settings(max_examples=examples(3, 12, 5), deadline=None)
+@given(m=st.integers(1, 1100), n=st.integers(1, 1100), k=st.integers(1, 1100),
+       tiling=st.sampled_from(SGEMM_TILINGS), dist=st.sampled_from(oracle.DISTRIBUTIONS), seed=st.integers(0, 2**16))
+def test_sgemm_tilings_match_torch(m, n, k, tiling, dist, seed):
+    """The warp-tiled SIMT gemm (codegen/cuda_gemm.py) on hypothesis-drawn shapes, tile edges in
+    every dim (M, N, K not multiples of the tiles, K not a multiple of 4: A and B loads without
+    cp.async), against torch in float64."""
+    path = os.path.join(ROOT, "examples", "sgemm.tk")
+    module = driver.frontend(path, {"M": m, "N": n, "K": k, **tiling})
+    inputs = oracle.random_inputs(module, seed, "cuda", dist)
+    out = cuda_kernel(path, **tiling)(*inputs)
+    torch.cuda.synchronize()
+    check_outputs(module, inputs, out, f"{tiling} {dist}", zeros_ok=dist == "ints")

@@ -183,10 +183,10 @@ MUTANTS: list[Mutant] = [
     # ---- dsl/lower.py ----------------------------------------------------------------------------
     M("lower-gemm-accumulate-assigns", "dsl/lower.py",
       "            self.check_gemm(a, b, target, s.value.loc)\n"
-      "            self.emit(O.GemmOp(operands=[a, b, target], loc=s.loc))",
+      "            gemm = O.GemmOp(operands=[a, b, target], loc=s.loc)",
       "            self.check_gemm(a, b, target, s.value.loc)\n"
       '            self.emit(O.FillOp(operands=[target], attrs={"value": 0.0}, loc=s.loc))\n'
-      "            self.emit(O.GemmOp(operands=[a, b, target], loc=s.loc))",
+      "            gemm = O.GemmOp(operands=[a, b, target], loc=s.loc)",
       "`acc += a @ b` lowered as `acc = a @ b` (the accumulator is zeroed before the gemm)", "cpu", tests=_EDGES),
     M("lower-sum-accumulate-dropped", "dsl/lower.py",
       '"fn": "sum", "axis": axis, "accumulate": True}',
@@ -424,8 +424,8 @@ MUTANTS: list[Mutant] = [
       "guarded loads leave the out-of-bounds part of a chunk uninitialized instead of 0", "gpu", tests=_QUICK,
       select="cuda and all"),
     M("cuda-cp-async-always-valid", "codegen/cuda_access.py",
-      "ok ? {g_at} : {gc.base}, ok);",
-      "ok ? {g_at} : {gc.base}, true);",
+      "tk_cp_async<{gc.word}>({s_at}, ok ? {g_at} : {gc.base}, ok);",
+      "tk_cp_async<{gc.word}>({s_at}, ok ? {g_at} : {gc.base}, true);",
       "guarded cp.async copies the tensor's first word instead of zero-filling", "gpu", tests=_QUICK,
       select="cuda and miss and K"),
     # ---- codegen/cuda_gemm.py --------------------------------------------------------------------
@@ -476,6 +476,27 @@ MUTANTS: list[Mutant] = [
       "{v} = {lo_c}; {v} + 1 < {hi_c}; ++{v}) {{",
       "serial loops skip their last iteration", "gpu", tests=_QUICK,
       select="cuda and (row_sum or update_ops or gemm_loop)"),
+    # ---- codegen/cuda_gemm.py, cuda_access.py: the warp-tiled SIMT gemm (examples/sgemm.tk) -----
+    M("cuda-wtile-k-stride", "codegen/cuda_gemm.py",
+      'a_at = self.smem_offset(a, [row("wi", "0"), "kk"])',
+      'a_at = self.smem_offset(a, [row("wi", "0"), "kk / 2 * 2"])',
+      "warp-tiled gemm: A's column k is read at the wrong k (every odd k reads k - 1)", "gpu", tests=_QUICK,
+      select="cuda and sgemm"),
+    M("cuda-wtile-subtile-index", "codegen/cuda_gemm.py",
+      "prod = (f\"{convert(f'rm[ti / {t.tm}][ti % {t.tm}]'",
+      "prod = (f\"{convert(f'rm[ti % {t.wmiter}][ti / {t.wmiter}]'",
+      "warp-tiled gemm: the A registers of sub-tile and row are swapped (WMITER > 1 only)", "gpu", tests=_QUICK,
+      select="cuda and sgemm"),
+    M("cuda-wtile-transposed-cp-async-unguarded", "codegen/cuda_access.py",
+      'self.line(d, f"tk_cp_async<{size}>({s_at}, ok ? {g_at} : {gc.base}, ok);" if gc.cond',
+      'self.line(d, f"tk_cp_async<{size}>({s_at}, {g_at});" if gc.cond',
+      "the per-element cp.async into a transposed A tile drops its edge guard (reads past the tensor)", "gpu",
+      tests=_QUICK, select="cuda and sgemm"),
+    M("cuda-wtile-transposed-addressed-row-major", "codegen/cuda_access.py",
+      "        if buf.transposed:  # [i, k] at k * pitch + i (cuda_plan.SmemBuffer)",
+      "        if False:  # [i, k] at k * pitch + i (cuda_plan.SmemBuffer)",
+      "a transposed shared tile is addressed row by row (its writes and the gemm's vector reads disagree)",
+      "gpu", tests=_QUICK, select="cuda and sgemm"),
     # ---- codegen/cuda_prelude.py -----------------------------------------------------------------
     M("cuda-reduce-init-zero", "codegen/cuda_prelude.py",
       '"max": "-INFINITY", "min": "INFINITY"}[fn]',
