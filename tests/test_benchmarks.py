@@ -225,3 +225,27 @@ def test_sgemm_cpu_dry_run(tmp_path):
     assert "| variant | ms | TFLOP/s |" in proc.stdout
     for consts in load("sgemm").SWEEP:
         driver.frontend(os.path.join(ROOT, "examples", "sgemm.tk"), consts)  # raises on a broken `requires`
+
+
+def test_transformer_cpu_dry_run(tmp_path):
+    """benchmarks/transformer.py on tiny shapes: every kernel of the dry run is checked against its
+    float64 reference and timed through torch eager and tkc's tilelang-cpu, and the decode and
+    target groups list every issue-10 example at valid shapes (their `requires` hold)."""
+    from tkc import driver
+
+    out = tmp_path / "transformer.json"
+    proc = run_script("transformer.py", ["--cpu", "--out", str(out), "--cache-dir", str(tmp_path / "cache")], tmp_path)
+    rows = json.loads(out.read_text())["rows"]
+    kernels = {r["kernel"] for r in rows}
+    assert {"rmsnorm", "rope", "attention", "embedding", "sgemm", "matmul_q8"} <= kernels
+    for r in rows:
+        assert r["status"] == "ok" and r["time_us"] > 0, r
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("| ")
+    bench = load("transformer")
+    names = set()
+    for group in ("decode", "targets"):
+        for case in bench.cases(group, cpu=False):
+            names.add(case["kernel"])
+            driver.frontend(bench.example(case["kernel"]), {**case["dims"], **case["consts"]})
+    assert names >= {"rmsnorm", "matmul", "matmul_f16", "matmul_q8", "silu_mul", "accum", "rope", "attention",
+                     "embedding", "rmsnorm_matmul", "ffn_gate", "sgemm"}
