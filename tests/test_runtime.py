@@ -128,7 +128,7 @@ def test_numpy_arrays_are_converted_and_other_arguments_refused(tmp_path):
         k(a, [[1.0]])
 
 
-def test_the_cuda_target_without_cupy_is_a_user_error(tmp_path, monkeypatch):
+def test_the_cuda_target_without_cupy_is_a_user_error(tmp_path, monkeypatch, request):
     import importlib.util
 
     from tkc import cuda_runtime, driver
@@ -136,6 +136,10 @@ def test_the_cuda_target_without_cupy_is_a_user_error(tmp_path, monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cupy" else real(name, *a))
+    from tkc import cuda_runtime
+
+    cuda_runtime._cupy_available.cache_clear()  # looked up once per process
+    request.addfinalizer(cuda_runtime._cupy_available.cache_clear)
     artifact = driver.compile_file(MISS_V3, "cuda", {}, Cache(str(tmp_path)))
     launch = cuda_runtime.build(artifact)  # builds without CuPy; launching needs it
     with pytest.raises(TkError) as info:

@@ -87,6 +87,13 @@ def compile_cubin(source_path: str, arch: str) -> str:
     return cubin
 
 
+@functools.lru_cache(maxsize=1)
+def _cupy_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("cupy") is not None
+
+
 class CudaLaunch:
     """A compiled CUDA-backend kernel: call it with every argument tensor (inputs then outputs)."""
 
@@ -121,9 +128,7 @@ class CudaLaunch:
     def __call__(self, *tensors) -> None:
         """Launch on `tensors`. Raises TkError (a user error) when CuPy, which loads and launches
         the kernel, is not installed."""
-        import importlib.util
-
-        if importlib.util.find_spec("cupy") is None:
+        if not _cupy_available():
             from dsl.diagnostics import Loc, error
 
             raise error(self.loc or Loc(self.source_path, 0, 0),

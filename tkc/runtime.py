@@ -126,6 +126,7 @@ class Kernel:
         self.cache = cache or Cache()
         self.ast = parse(driver.read_source(path), path)
         self._built: dict[tuple, tuple] = {}
+        self._fast: dict[tuple, tuple] = {}  # input signature -> what a call needs (see __call__)
         dims = {d for p in self.ast.inputs + self.ast.outputs for d, _ in p.dims or [] if isinstance(d, str)}
         for name, value in self.consts.items():
             if name in dims:
@@ -212,27 +213,51 @@ class Kernel:
     def __call__(self, *tensors):
         """Run on `tensors` (torch tensors, or numpy arrays, which are converted: to the GPU for the
         GPU targets); returns torch tensors. Raises TkError for a wrong count, rank, dtype or dim,
-        TypeError for an argument that is neither."""
+        TypeError for an argument that is neither.
+
+        Decoding calls small kernels at a high rate, so a call whose tensor inputs have the
+        shapes, dtypes and device of an earlier call skips the argument checks and the
+        specialization lookup (a per-signature fast path); runtime scalars, their `requires` and
+        index-tensor values are still checked on every call."""
         import torch
 
-        tensors = tuple(self._as_tensor(t, i) for i, t in enumerate(tensors))
+        key = None
+        if len(tensors) == len(self.inputs):
+            try:
+                key = tuple((t.shape, t.dtype, t.device) if p.dims is not None else (type(t) is int)
+                            for p, t in zip(self.inputs, tensors))
+            except AttributeError:  # a numpy array or a bad argument: the slow path reports it
+                key = None
+        fast = self._fast.get(key) if key is not None else None
+        if fast is None:
+            tensors = tuple(self._as_tensor(t, i) for i, t in enumerate(tensors))
+            artifact, jit = self.specialize(self.bind_dims(tensors))
+            module = artifact.module
+            args = module.func.body.args
+            outs = [(a.type.concrete_shape(module.env), getattr(torch, TORCH_DTYPES[a.type.dtype]))
+                    for a in (args[i] for i in module.func.attrs["outputs"])]
+            from dsl.ops import index_bounds
 
-        artifact, jit = self.specialize(self.bind_dims(tensors))
-        module = artifact.module
-        env = module.env
-        args = module.func.body.args
+            scalar_names = [p.name for p in self.inputs if p.dims is None]
+            runtime = any(op.name == "tile.require" and op.attrs.get("runtime") for op in module.func.body.ops)
+            indexed = [(k, hi) for k, (a, p) in enumerate(zip(args, [p for p in self.inputs if p.dims is not None]))
+                       for name, hi in index_bounds(module.func, module.env).items() if a.name == name]
+            fast = (module, jit, outs, scalar_names, runtime, indexed)
+            if key is not None:
+                self._fast[key] = fast
+        else:
+            tensors = tuple(self._as_tensor(t, i) if p.dims is None else t for i, (p, t) in enumerate(zip(self.inputs, tensors)))
+        module, jit, outs, scalar_names, runtime, indexed = fast
         values = [t for p, t in zip(self.inputs, tensors) if p.dims is None]
         arrays = [t for p, t in zip(self.inputs, tensors) if p.dims is not None]
-        if values:
-            check_runtime(module, {p.name: v for p, v in zip([p for p in self.inputs if p.dims is None], values)})
-        check_indices(module, {a.name: t for a, t in zip(args, arrays)})
-        outputs = []
-        for i in module.func.attrs["outputs"]:
-            a = args[i]
-            shape = a.type.concrete_shape(env)
-            outputs.append(torch.empty(shape, dtype=getattr(torch, TORCH_DTYPES[a.type.dtype]),
-                                       device=arrays[0].device))
-        jit(*[t.contiguous() for t in arrays], *outputs, *values)
+        if runtime:
+            check_runtime(module, dict(zip(scalar_names, values)))
+        if indexed:
+            check_indices(module, {module.func.body.args[k].name: arrays[k] for k, _ in indexed},
+                          {module.func.body.args[k].name: hi for k, hi in indexed})
+        device = arrays[0].device
+        outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outs]
+        jit(*[t if t.is_contiguous() else t.contiguous() for t in arrays], *outputs, *values)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
@@ -250,13 +275,14 @@ def check_runtime(module, values: dict[str, int]) -> None:
                 raise error(op.loc, f"requirement `{op.attrs['cond']}` does not hold at this call", f"with {vals}")
 
 
-def check_indices(module, tensors: dict) -> None:
+def check_indices(module, tensors: dict, bounds: dict | None = None) -> None:
     """Index tensors (read by `ids[b]` in index expressions) must hold values in [0, bound) of
     dsl.ops.index_bounds: an out-of-range token id is a user error, never a silently guarded
     (zero) row. Costs a min and a max per index tensor (and a device sync)."""
     from dsl.ops import index_bounds
 
-    bounds = index_bounds(module.func, module.env)
+    if bounds is None:
+        bounds = index_bounds(module.func, module.env)
     for name, hi in bounds.items():
         t = tensors.get(name)
         if t is None or t.numel() == 0:
