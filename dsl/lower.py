@@ -30,6 +30,26 @@ def lower(kernel: A.Kernel, source: str = "", overrides: dict[str, int] | None =
     return _Lowerer(kernel, source, dict(overrides or {})).run()
 
 
+def tensor_dims(kernel: A.Kernel) -> dict[str, Loc]:
+    """Every problem dim that some tensor of `kernel` names bare, with its first location."""
+    dims: dict[str, Loc] = {}
+    for p in kernel.inputs + kernel.outputs:
+        for d, loc in p.dims:
+            if isinstance(d, str):
+                dims.setdefault(d, loc)
+    return dims
+
+
+def requirements(kernel: A.Kernel) -> list[tuple[exprs.Expr, Loc]]:
+    """Each `requires` condition of `kernel` as an index expression over its dims and schedule
+    constants (true when nonzero), with the location of the condition, without lowering the body:
+    `tkc tune` evaluates them for thousands of configurations. Raises TkError for a condition
+    that is not an integer expression over those names (as lowering would)."""
+    lowerer = _Lowerer(kernel, "", {})
+    lowerer.env = {name: 0 for name in (*tensor_dims(kernel), *kernel.consts)}  # names only
+    return [(lowerer.index(cond, allow_vars=False), cond.loc) for cond in kernel.requires]
+
+
 class _Lowerer(ExprLowerer):
     def __init__(self, kernel: A.Kernel, source: str, overrides: dict[str, int]):
         self.k, self.source, self.overrides = kernel, source, overrides
@@ -44,15 +64,17 @@ class _Lowerer(ExprLowerer):
     # ---- environment ------------------------------------------------------------------------
     def run(self) -> Module:
         k = self.k
-        dims_used: dict[str, Loc] = {}
-        for p in k.inputs + k.outputs:
-            for d, loc in p.dims:
-                if isinstance(d, str):
-                    dims_used.setdefault(d, loc)
+        dims_used = tensor_dims(k)
         for name, (_, loc) in k.consts.items():
             if name in dims_used:
                 raise error(loc, f"`{name}` is both a schedule constant and a tensor dim",
                             "rename one of them")
+        for name, (values, loc) in k.tune.items():
+            if name not in k.consts:
+                raise error(loc, f"`tune` lists values for `{name}`, which is not a schedule constant of `{k.name}`",
+                            f"schedule constants: {', '.join(sorted(k.consts)) or 'none'}")
+            if any(v < 0 for v in values):
+                raise error(loc, f"`tune` lists a negative value for `{name}`", "schedule constants are not negative")
         for name, (_, loc) in k.dim_defaults.items():
             if name not in dims_used:
                 raise error(loc, f"`where` gives a default for `{name}`, which is not a tensor dim")
