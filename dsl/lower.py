@@ -40,6 +40,14 @@ def tensor_dims(kernel: A.Kernel) -> dict[str, Loc]:
     return dims
 
 
+def check_tune(kernel: A.Kernel) -> None:
+    """Raise TkError when the `tune` clause names something that is not a schedule constant."""
+    for name, (_, loc) in kernel.tune.items():
+        if name not in kernel.consts:
+            raise error(loc, f"`tune` lists values for `{name}`, which is not a schedule constant of `{kernel.name}`",
+                        f"schedule constants: {', '.join(sorted(kernel.consts)) or 'none'}")
+
+
 def requirements(kernel: A.Kernel) -> list[tuple[exprs.Expr, Loc]]:
     """Each `requires` condition of `kernel` as an index expression over its dims and schedule
     constants (true when nonzero), with the location of the condition, without lowering the body:
@@ -69,12 +77,7 @@ class _Lowerer(ExprLowerer):
             if name in dims_used:
                 raise error(loc, f"`{name}` is both a schedule constant and a tensor dim",
                             "rename one of them")
-        for name, (values, loc) in k.tune.items():
-            if name not in k.consts:
-                raise error(loc, f"`tune` lists values for `{name}`, which is not a schedule constant of `{k.name}`",
-                            f"schedule constants: {', '.join(sorted(k.consts)) or 'none'}")
-            if any(v < 0 for v in values):
-                raise error(loc, f"`tune` lists a negative value for `{name}`", "schedule constants are not negative")
+        check_tune(k)
         for name, (_, loc) in k.dim_defaults.items():
             if name not in dims_used:
                 raise error(loc, f"`where` gives a default for `{name}`, which is not a tensor dim")
