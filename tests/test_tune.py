@@ -233,11 +233,19 @@ def test_search_ranks_saves_and_reuses(staged, tmp_path):
     assert len(calls) == 8
 
 
-def test_compile_error_of_one_configuration_is_its_row(staged, tmp_path):
+def test_compile_error_of_one_configuration_is_its_row(tmp_path):
+    # threads does not change shared memory, so threads=2048 shares the pruning of threads=128
+    # (lowering is not repeated) and fails when it is compiled: a row with the error's first line.
+    path = tmp_path / "threads.tk"
+    path.write_text(STAGED.replace("EXTRA=0>", "EXTRA=0, threads=128>").replace("grid (cdiv(M, BM)) as (m)",
+                                                                                "grid (cdiv(M, BM)) as (m) threads(threads)"))
     cache = Cache(str(tmp_path / "cache"))
-    p = tune_search.plan(staged, {}, {"BM": (64,), "BK": (16,), "stages": (1,), "EXTRA": (0, 1)})
-    built = tune_search.build_all(p, p.survivors, "tilelang-cpu", cache, jobs=1)
-    assert set(built.values()) == {""}, built  # generated code for the CPU target, in this process
+    p = tune_search.plan(str(path), {}, {"BM": (64,), "BK": (16,), "stages": (1,), "EXTRA": (0,), "threads": (128, 2048)})
+    assert len(p.survivors) == 2
+    built = tune_search.build_all(p, p.survivors[1:], "tilelang-cpu", cache, jobs=1)
+    assert built == {"BK=16, BM=64, EXTRA=0, stages=1, threads=2048": "a block has 1 to 1024 threads, got 2048"}
+    records, results = tune_search.search(p, "tilelang", cache, "Fake GPU", measure=lambda c: 0.001)
+    assert [r.status for r in records] == ["ok", "ok"]  # an injected measure replaces compiling too
 
 
 # ---------------------------------------------------------------------------------- tkc.compile(tune=True)
@@ -277,7 +285,7 @@ def test_cli_dry_run(capsys, staged):
                        "stages = (1, 2, 3, 4): 128 configurations"
     survive = sum(expected_staged(c, 128)[0] == "ok" for c in tune.configurations(
         {"BK": (16, 64, 128, 48), "BM": (64, 256, 512, 1024), "EXTRA": (0, 1), "stages": (1, 2, 3, 4)}))
-    assert lines[2].startswith("pruned in ") and lines[2].endswith(f"{survive} survive, {128 - survive} rejected")
+    assert lines[2].startswith("pruned: ") and lines[2].endswith(f"{survive} survive, {128 - survive} rejected")
     assert any("requires `BM % BK == 0`" in line for line in lines)
     assert any("smem: over 227 KiB" in line for line in lines)
     assert "survivors (first 2):" in out

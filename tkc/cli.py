@@ -182,8 +182,8 @@ def cmd_tune(args) -> int:
         sys.stdout.write(tune_search.report_dry_run(p, args.target, args.top))
     if not p.survivors:
         raise error(p.kernel.loc, f"every one of the {len(p.rejected)} configurations of `{p.kernel.name}` is rejected "
-                    "before compiling", *[f"{n} by {g} (e.g. {tune.config_key(c)})"
-                                           for g, n, c in tune_search.reason_counts(p.rejected)][:8],
+                    "before compiling", *[f"{n} by {g} ({tune_search.example(g, r)})"
+                                           for g, n, r in tune_search.reason_counts(p.rejected)][:8],
                     "widen the space (`--space NAME=v1,v2`) or change the dims (`-D`)")
     if args.dry_run:
         return 0

@@ -245,22 +245,27 @@ def _space_line(p: Plan) -> str:
     return f"space: {'; '.join(parts)}: {space_size(p.space)} configuration{'s' * (space_size(p.space) != 1)}"
 
 
-def reason_counts(records: list[Record]) -> list[tuple[str, int, dict[str, int]]]:
-    """(reason group, how many records, the first such configuration), most frequent first."""
+def reason_counts(records: list[Record]) -> list[tuple[str, int, Record]]:
+    """(reason group, how many records, the first such record), most frequent first."""
     groups: dict[str, list[Record]] = {}
     for r in records:
         groups.setdefault(r.group or r.reason, []).append(r)
-    return [(g, len(rs), rs[0].config) for g, rs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+    return [(g, len(rs), rs[0]) for g, rs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+
+
+def example(group: str, r: Record) -> str:
+    """`e.g. BM=256, BK=128: smem: needs 256 KiB > 227 KiB` (the reason when the group hides it)."""
+    return f"e.g. {config_key(r.config)}{f': {r.reason}' if r.reason != group else ''}"
 
 
 def _grouped(records: list[Record]) -> list[str]:
-    return [f"  {n:>6}  {g}  (e.g. {config_key(c)})" for g, n, c in reason_counts(records)]
+    return [f"  {n:>6}  {g}  ({example(g, r)})" for g, n, r in reason_counts(records)]
 
 
 def report_dry_run(p: Plan, target: str, top: int) -> str:
     """The text `tkc tune --dry-run` prints: the space, rejection counts by reason, survivors."""
     lines = [_header(p, target, None), _space_line(p),
-             f"pruned in {p.seconds:.2f} s: {len(p.survivors)} survive, {len(p.rejected)} rejected"]
+             f"pruned: {len(p.survivors)} survive, {len(p.rejected)} rejected"]
     lines += _grouped(p.rejected)
     if p.survivors:
         lines.append(f"survivors{f' (first {top})' if len(p.survivors) > top else ''}:")
