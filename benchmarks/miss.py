@@ -32,7 +32,6 @@ import os
 import platform
 import re
 import shlex
-import statistics
 import sys
 import tempfile
 import time
@@ -112,48 +111,9 @@ def rel_error(out, ref) -> float:
 
 # ----------------------------------------------------------------------------- timing
 
-class Timer:
-    """Median time in ms of `fn()` after warm-up: do_bench on the GPU, perf_counter on the CPU."""
-
-    def __init__(self, cpu: bool, warmup_ms: float, rep_ms: float):
-        self.cpu, self.warmup_ms, self.rep_ms = cpu, warmup_ms, rep_ms
-
-    def __call__(self, fn) -> float:
-        if self.cpu:
-            return self._wall(fn)
-        from triton.testing import do_bench
-
-        try:
-            return float(do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median"))
-        except TypeError:  # older Triton: no return_mode
-            return float(do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, quantiles=[0.5])[0])
-
-    def _wall(self, fn) -> float:
-        fn()
-        t0 = time.perf_counter()
-        n_warm = 0
-        while (time.perf_counter() - t0) * 1e3 < self.warmup_ms or n_warm < 2:
-            fn()
-            n_warm += 1
-        times = []
-        t_end = time.perf_counter() + self.rep_ms / 1e3
-        while time.perf_counter() < t_end or len(times) < 5:
-            t = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t) * 1e3)
-        return statistics.median(times)
-
-
-def rotating(fn, sets):
-    """A no-argument callable that runs fn on the next input set each call (defeats the L2)."""
-    state = {"i": 0}
-
-    def run():
-        i = state["i"]
-        state["i"] = (i + 1) % len(sets)
-        return fn(*sets[i])
-
-    return run
+# Timer (do_bench median on the GPU, perf_counter on the CPU) and rotating (input sets that
+# defeat the L2) live in tkc/bench.py, shared with `tkc tune`; cluster_reduce.py uses them as miss.*.
+from tkc.bench import Timer, rotating  # noqa: E402,F401
 
 
 def copy_bandwidth(timer: Timer, device: str, nbytes: int) -> dict:

@@ -172,3 +172,5 @@ class Kernel(Node):
     requires: list[Expr]
     reference: tuple[str, Loc] | None
     body: list[Stmt] = field(default_factory=list)
+    # `tune BM = (64, 128), ...`: the values `tkc tune` searches per schedule constant
+    tune: dict[str, tuple[tuple[int, ...], Loc]] = field(default_factory=dict)

@@ -31,6 +31,34 @@ def lower(kernel: A.Kernel, source: str = "", overrides: dict[str, int] | None =
     return _Lowerer(kernel, source, dict(overrides or {})).run()
 
 
+def tensor_dims(kernel: A.Kernel) -> dict[str, Loc]:
+    """Every problem dim that some tensor of `kernel` names bare, with its first location."""
+    dims: dict[str, Loc] = {}
+    for p in kernel.inputs + kernel.outputs:
+        for d, loc in p.dims or []:  # a runtime scalar has none
+            if isinstance(d, str):
+                dims.setdefault(d, loc)
+    return dims
+
+
+def check_tune(kernel: A.Kernel) -> None:
+    """Raise TkError when the `tune` clause names something that is not a schedule constant."""
+    for name, (_, loc) in kernel.tune.items():
+        if name not in kernel.consts:
+            raise error(loc, f"`tune` lists values for `{name}`, which is not a schedule constant of `{kernel.name}`",
+                        f"schedule constants: {', '.join(sorted(kernel.consts)) or 'none'}")
+
+
+def requirements(kernel: A.Kernel) -> list[tuple[exprs.Expr, Loc]]:
+    """Each `requires` condition of `kernel` as an index expression over its dims and schedule
+    constants (true when nonzero), with the location of the condition, without lowering the body:
+    `tkc tune` evaluates them for thousands of configurations. Raises TkError for a condition
+    that is not an integer expression over those names (as lowering would)."""
+    lowerer = _Lowerer(kernel, "", {})
+    lowerer.env = {name: 0 for name in (*tensor_dims(kernel), *kernel.consts)}  # names only
+    return [(lowerer.index(cond, allow_vars=False), cond.loc) for cond in kernel.requires]
+
+
 class _Lowerer(ExprLowerer):
     def __init__(self, kernel: A.Kernel, source: str, overrides: dict[str, int]):
         self.k, self.source, self.overrides = kernel, source, overrides
@@ -59,10 +87,7 @@ class _Lowerer(ExprLowerer):
                 if p.name in self.scalars:
                     raise error(p.loc, f"`{p.name}` is already defined")
                 self.scalars[p.name] = p
-        for p in k.inputs + k.outputs:
-            for d, loc in p.dims or []:
-                if isinstance(d, str):
-                    dims_used.setdefault(d, loc)
+        dims_used.update(tensor_dims(k))
         for name, (_, loc) in k.consts.items():
             if name in dims_used:
                 raise error(loc, f"`{name}` is both a schedule constant and a tensor dim",
@@ -71,6 +96,7 @@ class _Lowerer(ExprLowerer):
             if name in dims_used or name in k.consts:
                 raise error(p.loc, f"`{name}` is both a runtime scalar and a {'dim' if name in dims_used else 'schedule constant'}",
                             "rename one of them")
+        check_tune(k)
         for name, (_, loc) in k.dim_defaults.items():
             if name not in dims_used:
                 raise error(loc, f"`where` gives a default for `{name}`, which is not a tensor dim")

@@ -97,6 +97,11 @@ class _Builder:
                 cond = self.expr(c.children[0])
                 cond.loc = self.loc(c.children[0])  # the whole condition, not its operator
                 k.requires.append(cond)
+            elif c.data == "tune_clause":
+                for d in c.children:
+                    self._unique(k.tune, d.children[0], "tune space of")
+                    values = tuple(int(v) for v in d.children[1:] if v is not None)
+                    k.tune[str(d.children[0])] = (values, self.loc(d))
             elif k.reference is not None:
                 raise error(self.loc(c), "a kernel has one `reference`")
             else:

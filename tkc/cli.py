@@ -1,4 +1,4 @@
-"""The `tkc` command line: compile, run, opt (contract in DESIGN.md, usage in README.md).
+"""The `tkc` command line: compile, run, opt, tune (contract in DESIGN.md, usage in README.md).
 
 Exit status: 0 on success, 1 for user errors (rendered `FILE:LINE:COL: error: ...` with the
 source line, a caret and notes) and failed `--check`s, 2 for internal compiler errors.
@@ -67,13 +67,34 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("-p", "--pipeline", default="", help="e.g. tile{BM=64},software-pipeline,check-smem-fit")
     o.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="NAME=VALUE")
     o.add_argument("--print-ir-after-all", action="store_true")
+
+    t = sub.add_parser("tune", help="search the schedule constants for the fastest configuration on this GPU")
+    t.add_argument("file")
+    t.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="NAME=VALUE",
+                   help="set a problem dim, or fix a schedule constant")
+    t.add_argument("--space", action="append", type=_space, default=[], metavar="NAME=v1,v2,...",
+                   help="values to search for a schedule constant (default: the kernel's `tune` clause, else its default)")
+    t.add_argument("--target", default="tilelang", choices=("tilelang", "cuda"))
+    t.add_argument("--jobs", type=int, default=None, help="parallel compile processes (default: cores - 1)")
+    t.add_argument("--top", type=int, default=10, help="rows of the timed table (default 10)")
+    t.add_argument("--dry-run", action="store_true", help="print the pruned space only (no GPU needed)")
+    t.add_argument("--retime", action="store_true", help="time again configurations an earlier run measured")
     return p
+
+
+def _space(text: str) -> tuple[str, tuple[int, ...]]:
+    from tkc.tune import parse_space_arg
+
+    try:
+        return parse_space_arg(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"compile": cmd_compile, "run": cmd_run, "opt": cmd_opt}[args.cmd](args)
+        return {"compile": cmd_compile, "run": cmd_run, "opt": cmd_opt, "tune": cmd_tune}[args.cmd](args)
     except TkError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
@@ -139,6 +160,44 @@ def cmd_opt(args) -> int:
     final = run_pipeline(module, passes, show if args.print_ir_after_all else None)
     if not args.print_ir_after_all:
         sys.stdout.write(print_module(final))
+    return 0
+
+
+def cmd_tune(args) -> int:
+    import warnings
+
+    from tkc import tune, tune_search
+
+    warnings.formatwarning = lambda message, *rest, **kw: f"tkc: warning: {message}\n"
+    space: dict[str, tuple[int, ...]] = {}
+    for name, values in args.space:
+        if name in space:
+            raise error(tune.COMMAND_LINE, f"`--space {name}` is given twice", "list every value in one `--space`")
+        space[name] = values
+    if args.top < 1 or (args.jobs is not None and args.jobs < 1):
+        raise error(tune.COMMAND_LINE, "`--top` and `--jobs` must be at least 1")
+    progress = sys.stderr.isatty()
+    p = tune_search.plan(args.file, dict(args.defines), space, progress)
+    if args.dry_run:
+        sys.stdout.write(tune_search.report_dry_run(p, args.target, args.top))
+    if not p.survivors:
+        raise error(p.kernel.loc, f"every one of the {len(p.rejected)} configurations of `{p.kernel.name}` is rejected "
+                    "before compiling", *[f"{n} by {g} ({tune_search.example(g, r)})"
+                                           for g, n, r in tune_search.reason_counts(p.rejected)][:8],
+                    "widen the space (`--space NAME=v1,v2`) or change the dims (`-D`)")
+    if args.dry_run:
+        return 0
+    device = tune.device_name()
+    if device is None:
+        raise error(tune.COMMAND_LINE, "`tkc tune` times kernels on a CUDA GPU, and there is none here",
+                    "`tkc tune --dry-run` prints the pruned space without a GPU")
+    cache = _cache(args)
+    records, path = tune_search.search(p, args.target, cache, device, args.jobs or tune_search.default_jobs(),
+                                       retime=args.retime, progress=progress)
+    sys.stdout.write(tune_search.report(p, records, args.target, device, args.top, path))
+    if tune.best(records) is None:
+        raise error(p.kernel.loc, f"no configuration of `{p.kernel.name}` compiled, ran and matched its reference",
+                    "see the failures above")
     return 0
 
 

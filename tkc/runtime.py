@@ -121,10 +121,19 @@ class Kernel:
     """A .tk kernel compiled for one target; call it with the input tensors (in declaration
     order) to get the outputs (one tensor, or a tuple for several)."""
 
-    def __init__(self, path: str, target: str, consts: dict[str, int], cache: Cache | None = None):
-        self.path, self.target, self.consts = path, target, dict(consts)
+    def __init__(self, path: str, target: str, consts: dict[str, int], cache: Cache | None = None,
+                 tune: bool = False):
+        self.path, self.target, self.consts, self.tune = path, target, dict(consts), tune
         self.cache = cache or Cache()
-        self.ast = parse(driver.read_source(path), path)
+        self.text = driver.read_source(path)
+        self.ast = parse(self.text, path)
+        if tune and consts:
+            raise error(self.ast.loc, f"`tune=True` takes the schedule constants from `tkc tune`'s results; "
+                        f"do not also pass {', '.join(sorted(consts))}",
+                        "drop the keyword arguments, or drop `tune=True` to use them")
+        if tune and target not in ("tilelang", "cuda"):
+            raise error(self.ast.loc, f"`tune=True` needs a GPU target (tilelang or cuda), got `{target}`",
+                        "`tkc tune` measures on the GPU only")
         self._built: dict[tuple, tuple] = {}
         self._fast: dict[tuple, tuple] = {}  # input signature -> what a call needs (see __call__)
         dims = {d for p in self.ast.inputs + self.ast.outputs for d, _ in p.dims or [] if isinstance(d, str)}
@@ -198,10 +207,20 @@ class Kernel:
                         raise error(loc, f"`{p.name}` needs extent {want} here (from its dim expression), got {n}")
         return dims
 
+    def consts_for(self, dims: dict[str, int]) -> dict[str, int]:
+        """The schedule constants used at `dims`: the keyword arguments, or with `tune=True` the
+        best configuration `tkc tune` measured at these dims on this GPU (tkc/tune.py; TkError
+        when there is none, with the command that measures it)."""
+        if not self.tune:
+            return dict(self.consts)
+        from tkc.tune import tuned_config
+
+        return tuned_config(self.cache.root, self.path, self.text, dict(sorted(dims.items())), self.target)
+
     def specialize(self, dims: dict[str, int]):
         key = tuple(sorted(dims.items()))
         if key not in self._built:
-            overrides = {**self.consts, **dims}
+            overrides = {**self.consts_for(dims), **dims}
             if self.target == INTERP:
                 module = driver.optimize(driver.frontend(self.path, overrides), "tilelang")
                 self._built[key] = (_Interpreted(module), _interpreter(module))
@@ -294,10 +313,14 @@ def check_indices(module, tensors: dict, bounds: dict | None = None) -> None:
                         "index values select rows (or columns) of a tensor and must lie inside it")
 
 
-def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, **consts: int) -> Kernel:
+def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, tune: bool = False,
+            **consts: int) -> Kernel:
     """Compile the .tk kernel at `path` for `target` ("tilelang" on a GPU, "tilelang-cpu" on the
     CPU, "interp" for the reference interpreter) with schedule constants `consts` (e.g. BM=128)
-    overriding the file's defaults.
+    overriding the file's defaults. With `tune=True` (GPU targets only, no `consts`) the
+    constants are, per set of dims, the best configuration `tkc tune` measured for this source,
+    these dims, this GPU and target; dims never tuned raise TkError at the first call, with the
+    `tkc tune` command to run (no silent fallback to the defaults).
 
     Returns a callable on torch tensors (numpy arrays are converted) that allocates and returns
     the outputs. Raises dsl.diagnostics.TkError for user errors, here already for an unknown
@@ -307,4 +330,4 @@ def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, *
     """
     if target not in LAUNCH_TARGETS:
         raise error(Loc(path, 0, 0), f"target `{target}` cannot be launched", f"use one of {', '.join(LAUNCH_TARGETS)}")
-    return Kernel(path, target, consts, Cache(cache_dir) if cache_dir else None)
+    return Kernel(path, target, consts, Cache(cache_dir) if cache_dir else None, tune)
