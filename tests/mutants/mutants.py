@@ -573,4 +573,14 @@ MUTANTS: list[Mutant] = [
       "if word(dst, chunk_width(shape)) < 4:",
       "if word(dst, chunk_width(shape)) < 2:",
       "2-byte chunks are signalled, which st.async cannot store", "cpu", tests=("tests/test_cuda_signal.py",)),
+    # ---- tkc/tune.py: pruning before compiling (issue 10) --------------------------------------
+    M("tune-requires-ignored", "tkc/tune.py",
+      "            if not holds:",
+      "            if holds < 0:",
+      "`tkc tune` keeps configurations that fail a `requires` clause", "cpu", tests=("tests/test_tune.py",)),
+    M("tune-smem-memo-ignores-pipelined-loops", "tkc/tune.py",
+      'if op.name == "tile.for" and op.attrs.get("kind") == "pipelined":',
+      'if op.name == "tile.for" and op.attrs.get("kind") == "serial":',
+      "the shared-memory memo of `tkc tune` ignores stage counts: configurations differing only in "
+      "`stages` reuse one byte count", "cpu", tests=("tests/test_tune.py",)),
 ]
