@@ -145,8 +145,10 @@ def cases(group: str, cpu: bool) -> list[dict]:
     add("matmul_q8", {"D": 11008, "K": 4096})
     add("matmul", {"D": 11008, "K": 4096})
     add("attention", {"H": 32, "HD": 128, "S": SEQ}, {}, {"pos": SEQ - 1})
-    add("sgemm", {"M": 1024, "N": 1024, "K": 1024})
-    add("sgemm", {"M": 4096, "N": 4096, "K": 4096})
+    tuned = {"BN": 256, "BK": 32, "WNITER": 2, "threads": 256}  # `tkc tune`'s best at 4096^3, H100
+    for n in (1024, 4096):
+        add("sgemm", {"M": n, "N": n, "K": n})
+        add("sgemm", {"M": n, "N": n, "K": n}, tuned, label=f"M=N=K={n} tuned")
     return out
 
 
