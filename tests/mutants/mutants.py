@@ -536,7 +536,7 @@ MUTANTS: list[Mutant] = [
       "pos = idx[-1]",
       "TileLang: iota counts along the last axis whatever its axis", "cpu", tests=_EDGES),
     M("lower-runtime-requires-dropped", "tkc/runtime.py",
-      "            check_runtime(module, {p.name: v for p, v in zip([p for p in self.inputs if p.dims is None], values)})",
+      "            check_runtime(module, dict(zip(scalar_names, values)))",
       "            pass",
       "a runtime scalar's `requires` is not checked at the call", "cpu", tests=("tests/test_runtime.py",)),
     M("index-bounds-off-by-one", "dsl/ops.py",
