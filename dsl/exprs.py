@@ -204,6 +204,17 @@ def names(e: Expr) -> set[str]:
     return names(e.a) | names(e.b)
 
 
+def loads(e: Expr) -> set[str]:
+    """The index tensors `e` reads (`ids` in `ids[b] * 4`)."""
+    if isinstance(e, Load):
+        return {e.tensor}.union(*(loads(a) for a in e.args))
+    if isinstance(e, Call):
+        return set().union(*(loads(a) for a in e.args))
+    if isinstance(e, Bin):
+        return loads(e.a) | loads(e.b)
+    return set()
+
+
 def _divisors(lo: int, hi: int) -> list[int]:
     """The divisors whose quotients bound x / y for y in [lo, hi] \\ {0}: the ends, and -1 and 1
     when the range reaches past 0 (they give the largest magnitudes)."""

@@ -143,7 +143,7 @@ class _Lowerer(ExprLowerer):
             v = self.define(p.name, TileType("global", p.dtype, shape), p.loc)
             body.args.append(v)
         for cond in k.requires:
-            if _names(cond) & set(self.scalars):  # on runtime scalars: checked at every call
+            if ast_names(cond) & set(self.scalars):  # on runtime scalars: checked at every call
                 e = self.index(cond, allow_vars=True)
                 extra = exprs.names(e) - set(self.env) - set(self.scalars)
                 if extra:
@@ -254,7 +254,7 @@ class _Lowerer(ExprLowerer):
     def dim_expr(self, e: A.Expr, loc: Loc) -> exprs.Expr:
         """A signature dim written as an expression (`N / 2`): over dims that some parameter
         binds by name and schedule constants; its value must be positive."""
-        for name in _names(e):
+        for name in ast_names(e):
             if name not in self.env:
                 raise error(loc, f"`{name}` in the dim expression is neither a dim of a parameter nor a "
                             "schedule constant", "a dim expression uses dims that a parameter binds by name")
@@ -438,14 +438,14 @@ class _Lowerer(ExprLowerer):
         self.emit(O.CopyOp(operands=[value, target], attrs=attrs, loc=s.loc))
 
 
-def _names(e: A.Expr) -> set[str]:
+def ast_names(e: A.Expr) -> set[str]:
     """The names an expression mentions."""
     if isinstance(e, A.Name):
         return {e.id}
     if isinstance(e, A.BinOp):
-        return _names(e.lhs) | _names(e.rhs)
+        return ast_names(e.lhs) | ast_names(e.rhs)
     if isinstance(e, A.Neg):
-        return _names(e.operand)
+        return ast_names(e.operand)
     if isinstance(e, A.Call):
-        return set().union(*(_names(a) for a in e.args)) if e.args else set()
+        return set().union(*(ast_names(a) for a in e.args)) if e.args else set()
     return set()

@@ -421,18 +421,7 @@ def scalars(func: Op) -> list[tuple[str, str, int]]:
 
 def index_tensors(func: Op) -> set[str]:
     """Names of the global tensors whose elements index expressions read (`ids[b]`)."""
-    out: set[str] = set()
-
-    def visit(e) -> None:
-        if isinstance(e, exprs.Load):
-            out.add(e.tensor)
-        for a in getattr(e, "args", ()) if not isinstance(e, exprs.Bin) else (e.a, e.b):
-            visit(a)
-
-    for op in func.walk():
-        for _, e in expr_attrs(op):
-            visit(e)
-    return out
+    return set().union(*(exprs.loads(e) for op in func.walk() for _, e in expr_attrs(op)))
 
 
 def index_bounds(func: Op, env: dict[str, int]) -> dict[str, int]:
@@ -440,13 +429,6 @@ def index_bounds(func: Op, env: dict[str, int]) -> dict[str, int]:
     copy whose offset in some dim reads it, the tensor's extent there minus the tile's extent
     plus one (`E[ids[b] : +1, :]` with E [V, N]: V). Values must also be >= 0."""
     out = {name: 2**31 - 1 for name in index_tensors(func)}
-
-    def loads(e, acc: set) -> set:
-        if isinstance(e, exprs.Load):
-            acc.add(e.tensor)
-        for a in getattr(e, "args", ()) if not isinstance(e, exprs.Bin) else (e.a, e.b):
-            loads(a, acc)
-        return acc
 
     for op in func.walk():
         if op.name != "tile.copy":
@@ -457,7 +439,7 @@ def index_bounds(func: Op, env: dict[str, int]) -> dict[str, int]:
             continue
         steps = op.attrs.get(key.replace("offsets", "steps")) or [1] * tensor.type.rank
         for off, size, extent, st in zip(op.attrs[key], tile.type.shape, tensor.type.shape, steps):
-            names = loads(exprs.parse(off), set())
+            names = exprs.loads(exprs.parse(off))
             if names:
                 room = exprs.evaluate(extent, env) - (exprs.evaluate(size, env) - 1) * st
                 for n in names:

@@ -259,8 +259,9 @@ class Kernel:
 
             scalar_names = [p.name for p in self.inputs if p.dims is None]
             runtime = any(op.name == "tile.require" and op.attrs.get("runtime") for op in module.func.body.ops)
-            indexed = [(k, hi) for k, (a, p) in enumerate(zip(args, [p for p in self.inputs if p.dims is not None]))
-                       for name, hi in index_bounds(module.func, module.env).items() if a.name == name]
+            bounds = index_bounds(module.func, module.env)
+            n_in = sum(p.dims is not None for p in self.inputs)
+            indexed = [(k, a.name, bounds[a.name]) for k, a in enumerate(args[:n_in]) if a.name in bounds]
             fast = (module, jit, outs, scalar_names, runtime, indexed)
             if key is not None:
                 self._fast[key] = fast
@@ -272,8 +273,7 @@ class Kernel:
         if runtime:
             check_runtime(module, dict(zip(scalar_names, values)))
         if indexed:
-            check_indices(module, {module.func.body.args[k].name: arrays[k] for k, _ in indexed},
-                          {module.func.body.args[k].name: hi for k, hi in indexed})
+            check_indices(module, {name: arrays[k] for k, name, _ in indexed}, {name: hi for _, name, hi in indexed})
         device = arrays[0].device
         outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outs]
         jit(*[t if t.is_contiguous() else t.contiguous() for t in arrays], *outputs, *values)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from dsl import ast as A
 from dsl import exprs
+from dsl.lower import ast_names
 from dsl.diagnostics import Loc, TkError, error
 
 TUNE_TARGETS = ("tilelang", "cuda")
@@ -152,23 +153,12 @@ def _if_names(stmts: list) -> set[str]:
     out: set[str] = set()
     for s in stmts:
         if isinstance(s, A.If):
-            out |= _expr_names(s.cond)
+            out |= ast_names(s.cond)
             out |= _if_names(s.then) | _if_names(s.orelse)
         elif isinstance(s, A.For):
             out |= _if_names(s.body)
     return out
 
-
-def _expr_names(e) -> set[str]:
-    if isinstance(e, A.Name):
-        return {e.id}
-    if isinstance(e, A.BinOp):
-        return _expr_names(e.lhs) | _expr_names(e.rhs)
-    if isinstance(e, A.Neg):
-        return _expr_names(e.operand)
-    if isinstance(e, A.Call):
-        return set().union(*(_expr_names(a) for a in e.args))
-    return set()
 
 
 def _smem_names(module) -> set[str]:
