@@ -86,6 +86,9 @@ def launch_config(source: str) -> dict:
     raise ValueError("no `tkc-launch:` line in the CUDA source")
 
 
+SCRATCH = -1  # the buffer id of the register reductions' shared scratch in barrier tracking
+
+
 def _loc(op: Op) -> str:
     return f"{op.loc.file}:{op.loc.line}:{op.loc.col}"
 
@@ -420,6 +423,11 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         elif op.name == "tile.reduce":
             add(op.operands[0], False, OTHER)
             add(op.operands[1], True, OTHER)
+            add(op.operands[1], False, OTHER)
+            rr = self.plan.reductions.get(id(op))
+            if rr is not None and rr.scratch:  # written before the op's own barrier, read after it
+                out.append(Access(SCRATCH, True, OTHER, self.plan.scratch_offset, self.plan.total_smem))
+                out.append(Access(SCRATCH, False, OTHER, self.plan.scratch_offset, self.plan.total_smem))
         elif op.name == "tile.reshape":
             add(op.operands[0], False, OTHER)
             add(op.operands[1], True, chunk_map(shape_of(op.operands[1])))
@@ -577,7 +585,11 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
 
     def op_reduce(self, op: Op, d: int) -> None:
         """Each output element is reduced by a group of `lanes` threads (a power of two that fits
-        in a warp): strided partial results, then xor shuffles inside the group."""
+        in a warp): strided partial results, then xor shuffles inside the group. A source in
+        registers is reduced where it lives (`reg_reduce`)."""
+        if id(op) in self.plan.reductions:
+            self.reg_reduce(op, d)
+            return
         src, dst = op.operands
         axis, fn = op.attrs["axis"], op.attrs["fn"]
         ct = compute_dtype(dst.type.dtype)
@@ -619,4 +631,138 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             value = f"{convert(target, dst.type.dtype, ct)} + red"
         self.line(b, f"if (oi < {n_out} && part == 0) {target} = {convert(value, ct, dst.type.dtype)};")
         self.line(d + 1, "}")
+        self.line(d, "}")
+
+    def reg_reduce(self, op: Op, d: int) -> None:
+        """A reduction of a register tile (cuda_plan.RegReduce): each thread folds its own chunks,
+        threads holding parts of the same outputs combine by xor shuffles, and when several
+        warps hold parts, their partials meet in shared scratch behind one barrier."""
+        src, dst = op.operands
+        rr = self.plan.reductions[id(op)]
+        fn = op.attrs["fn"]
+        ct = compute_dtype(dst.type.dtype)
+        ctype = C_TYPES[ct]
+        shape, dshape = shape_of(src), shape_of(dst)
+        v = chunk_width(shape)
+        n_ch = numel(shape) // v
+        per = -(-n_ch // self.threads)
+        guard = n_ch % self.threads != 0
+        sname = self.name(src)
+        scratch = f"reinterpret_cast<{ctype}*>(smem + {self.plan.scratch_offset})"
+
+        def combine_into(var: str, other: str) -> str:
+            return f"{var} = {combine(fn, var, other, ct)};"
+
+        def store(idx: list[str], value: str, dd: int, cond: str = "") -> None:
+            target = f"{self.name(dst)}[{self.smem_offset(dst, idx)}]"
+            if op.attrs.get("accumulate"):  # sum only (ReduceOp.verify): dst + the sum
+                value = f"{convert(target, dst.type.dtype, ct)} + {value}"
+            stmt = f"{target} = {convert(value, ct, dst.type.dtype)};"
+            self.line(dd, f"if ({cond}) {stmt}" if cond else stmt)
+
+        def out_index(flat: str, dims) -> list[str]:
+            """Tile index of element `flat` (row-major) of a tile of shape `dims`."""
+            idx, rest = [], flat
+            for k in range(len(dims) - 1, -1, -1):
+                if dims[k] == 1:
+                    idx.append("0")
+                    continue
+                idx.append(f"({rest}) % {dims[k]}" if any(dims[j] != 1 for j in range(k)) else rest)
+                rest = f"({rest}) / {dims[k]}"
+            return idx[::-1]
+
+        self.line(d, "{")
+        b = d + 1
+        if rr.kind == "rows":
+            g = rr.group
+            self.line(b, f"// in registers: {g} chunk(s) of {v} per output along the last axis"
+                      + (f", {rr.slots} warp partials per output in shared scratch" if rr.slots > 1 else ""))
+            self.line(b, "#pragma unroll")
+            self.line(b, f"for (int it = 0; it < {per}; ++it) {{")
+            self.line(b + 1, "const int ch = it * THREADS + tid;")
+            self.line(b + 1, f"{ctype} red = {identity(fn, ct)};")
+            elem = convert(f"{sname}[it * {v} + e]", src.type.dtype, ct)
+            fold = f"for (int e = 0; e < {v}; ++e) {combine_into('red', elem)}"
+            if guard:
+                self.line(b + 1, f"if (ch < {n_ch}) {{")
+                self.line(b + 2, "#pragma unroll")
+                self.line(b + 2, fold)
+                self.line(b + 1, "}")
+            else:
+                self.line(b + 1, "#pragma unroll")
+                self.line(b + 1, fold)
+            width = min(g, 32)
+            if width > 1:
+                self.line(b + 1, "#pragma unroll")
+                self.line(b + 1, f"for (int sh = {width // 2}; sh > 0; sh /= 2) "
+                          + combine_into("red", "__shfl_xor_sync(0xffffffffu, red, sh)"))
+            live = f"ch < {n_ch} && " if guard else ""
+            if rr.slots == 1:
+                store(out_index(f"ch / {g}", dshape[:-1]) + ["0"], "red", b + 1,
+                      f"{live}ch % {g} == 0" if g > 1 else live[:-4])
+            else:
+                self.line(b + 1, f"if ({live}tid % 32 == 0) {scratch}[ch / 32] = red;")
+            self.line(b, "}")
+            if rr.slots > 1:
+                n_out = n_ch // g
+                self.line(b, "__syncthreads();")
+                self.line(b, f"for (int o = tid; o < {n_out}; o += THREADS) {{")
+                self.line(b + 1, f"{ctype} red = {identity(fn, ct)};")
+                self.line(b + 1, "#pragma unroll")
+                self.line(b + 1, f"for (int s = 0; s < {rr.slots}; ++s) "
+                          + combine_into("red", f"{scratch}[o * {rr.slots} + s]"))
+                store(out_index("o", dshape[:-1]) + ["0"], "red", b + 1)
+                self.line(b, "}")
+        else:  # cols: reduce along axis 0
+            g, inner = rr.group, numel(shape[1:])
+            self.line(b, f"// in registers: {g} chunk(s) of {v} per row, reduced along axis 0"
+                      + (f"; {rr.slots} partials per column in shared scratch" if rr.slots > 1 else ""))
+            self.line(b, f"{ctype} red[{v}];")
+            self.line(b, "#pragma unroll")
+            self.line(b, f"for (int e = 0; e < {v}; ++e) red[e] = {identity(fn, ct)};")
+            self.line(b, "#pragma unroll")
+            self.line(b, f"for (int it = 0; it < {per}; ++it) {{")
+            elem = convert(f"{sname}[it * {v} + e]", src.type.dtype, ct)
+            fold = f"for (int e = 0; e < {v}; ++e) {combine_into('red[e]', elem)}"
+            if guard:
+                self.line(b + 1, f"if (it * THREADS + tid < {n_ch}) {{")
+                self.line(b + 2, "#pragma unroll")
+                self.line(b + 2, fold)
+                self.line(b + 1, "}")
+            else:
+                self.line(b + 1, "#pragma unroll")
+                self.line(b + 1, fold)
+            self.line(b, "}")
+            if g < 32:
+                self.line(b, "#pragma unroll")
+                self.line(b, f"for (int sh = {g}; sh < 32; sh *= 2) {{")
+                self.line(b + 1, "#pragma unroll")
+                self.line(b + 1, f"for (int e = 0; e < {v}; ++e) "
+                          + combine_into("red[e]", "__shfl_xor_sync(0xffffffffu, red[e], sh)"))
+                self.line(b, "}")
+                holder, slot = f"tid % 32 < {g}", "tid / 32"
+            else:
+                holder, slot = "true", f"tid / {g}"
+            col = f"tid % {g}" + (f" * {v}" if v > 1 else "")
+            dims = dshape[1:]
+            if rr.slots == 1:
+                self.line(b, f"if ({holder} && {slot} == 0) {{")
+                self.line(b + 1, f"const int col = {col};")
+                for e in range(v):
+                    flat = "col" if e == 0 else f"col + {e}"
+                    store(["0"] + out_index(flat, dims), f"red[{e}]", b + 1)
+                self.line(b, "}")
+            else:
+                self.line(b, f"if ({holder} && {slot} < {rr.slots}) {{")
+                self.line(b + 1, "#pragma unroll")
+                self.line(b + 1, f"for (int e = 0; e < {v}; ++e) {scratch}[({slot}) * {inner} + {col} + e] = red[e];")
+                self.line(b, "}")
+                self.line(b, "__syncthreads();")
+                self.line(b, f"for (int o = tid; o < {inner}; o += THREADS) {{")
+                self.line(b + 1, f"{ctype} r = {identity(fn, ct)};")
+                self.line(b + 1, "#pragma unroll")
+                self.line(b + 1, f"for (int s = 0; s < {rr.slots}; ++s) "
+                          + combine_into("r", f"{scratch}[s * {inner} + o]"))
+                store(["0"] + out_index("o", dims), "r", b + 1)
+                self.line(b, "}")
         self.line(d, "}")

@@ -159,6 +159,8 @@ class AccessMixin:
             return lambda e: ch.reg(self.name(v), e)
         trailing = ch.idx[len(ch.idx) - len(shape):]  # a lower-rank tile broadcasts along leading dims
         idx = [("0" if n == 1 else i) for i, n in zip(trailing, shape)]
+        if where == "gview":
+            return self.read_global_view(v, idx, ch.width if shape[-1] != 1 else 1, d, tmp)
         off = self.smem_offset(v, idx)
         ctype = C_TYPES[v.type.dtype]
         if shape[-1] == 1 and ch.width > 1:  # broadcast along the last dim: one element
@@ -168,6 +170,26 @@ class AccessMixin:
         self.line(d, f"alignas(16) {ctype} {tmp}[{ch.width}];")
         self.line(d, f"tk_load<{word}>({tmp}, &{self.name(v)}[{off}]);")
         return lambda e: f"{tmp}[{e}]"
+
+    def read_global_view(self, v, idx: list[str], width: int, d: int, tmp: str):
+        """Load the `width` elements at tile index `idx` of global-view tile `v` (cuda_plan:
+        `gview`) from its tensor, zeros outside it; returns e -> element e in v's dtype."""
+        copy = self.plan.gview[id(v)]
+        src = copy.operands[0]
+        gc = self.global_chunk(copy, src, "src", idx, width)
+        zero = " = {}" if (gc.cond or gc.elem_cond) else ""
+        self.line(d, f"alignas(16) {C_TYPES[src.type.dtype]} {tmp}[{width}]{zero};  // {self.name(v)}: read in place")
+        if gc.elem_cond:
+            pre = f"if ({gc.cond}) " if gc.cond else ""
+            self.line(d, f"{pre}{{")
+            self.elem_loop(d + 1, f"if ({gc.elem_cond('e')}) {tmp}[e] = {gc.at('e')};", width)
+            self.line(d, "}")
+        else:
+            load = f"tk_load<{gc.word}>({tmp}, {gc.ptr});"
+            self.line(d, f"if ({gc.cond}) {load}" if gc.cond else load)
+        if width == 1:
+            return lambda e: convert(f"{tmp}[0]", src.type.dtype, v.type.dtype)
+        return lambda e: convert(f"{tmp}[{e}]", src.type.dtype, v.type.dtype)
 
     def write(self, v, ch: Chunk, d: int, value, tmp: str) -> None:
         """Store e -> `value(e)` (C expressions in v's dtype) into the chunk of tile `v`."""
@@ -243,7 +265,9 @@ class AccessMixin:
     def op_copy(self, op, d: int) -> None:
         src, dst = op.operands
         ws, wd = self.plan.where(src), self.plan.where(dst)
-        if ws == "mma":
+        if wd == "gview":
+            self.line(d, f"// nothing to do: the ops that read {self.name(dst)} read {self.name(src)} in place")
+        elif ws == "mma":
             self.mma_copy_out(op, d)
         elif ws == "wtile":
             self.wtile_copy_out(op, d)

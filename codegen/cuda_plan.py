@@ -40,7 +40,7 @@ from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value
 from dsl.warp_tiling import WarpTiling, warp_tiling
-from codegen.cuda_prelude import MMA_DTYPES, SIZES
+from codegen.cuda_prelude import MMA_DTYPES, SIZES, compute_dtype
 
 SMEM_ALIGN = 128  # bytes; ldmatrix and cp.async need 16
 OTHER = "other"  # a thread map that matches no other: always needs a barrier against writes
@@ -128,6 +128,9 @@ class Plan:
     order: list[SmemBuffer] = field(default_factory=list)
     total_smem: int = 0
     moved_to_shared: list[Op] = field(default_factory=list)  # register tiles the plan keeps in smem
+    gview: dict[int, Op] = field(default_factory=dict)  # id(gview tile) -> the global copy that defines it
+    reductions: dict[int, RegReduce] = field(default_factory=dict)  # id(tile.reduce) -> its register form
+    scratch_offset: int = 0  # bytes: shared scratch of the register reductions (after the buffers)
 
     @property
     def warps(self) -> int:
@@ -158,6 +161,7 @@ def plan_gemm(op: Op, threads: int) -> GemmPlan:
 def make_plan(module: Module, launch: Op, threads: int) -> Plan:
     plan = Plan(threads)
     allocs = [op for op in launch.walk() if op.name == "tile.alloc"]
+    parents = _parents(launch)
     uses: dict[int, list[tuple[Op, str]]] = {id(a.result): [] for a in allocs}
     for op in launch.walk():
         if op.name == "tile.gemm":
@@ -175,6 +179,9 @@ def make_plan(module: Module, launch: Op, threads: int) -> Plan:
             _check_wtile(plan, v, roles, wtile[0])
             plan.placement[id(v)] = "wtile"
             plan.acc_split[id(v)] = plan.gemms[id(wtile[0])]
+        elif _gview_ok(module, v, roles, parents):
+            plan.placement[id(v)] = "gview"
+            plan.gview[id(v)] = next(op for op, role in roles if role == "dst")
         elif _mma_ok(plan, v, roles):
             plan.placement[id(v)] = "mma"
             gemm = next(op for op, role in roles if role == "acc")
@@ -184,8 +191,54 @@ def make_plan(module: Module, launch: Op, threads: int) -> Plan:
         else:
             plan.placement[id(v)] = "shared"
             plan.moved_to_shared.append(a)
+    scratch = 0
+    for op in launch.walk():
+        if op.name == "tile.reduce" and plan.where(op.operands[0]) == "regs":
+            rr = register_reduce(shape_of(op.operands[0]), op.attrs["axis"], threads)
+            plan.reductions[id(op)] = rr
+            scratch = max(scratch, rr.scratch * SIZES[compute_dtype(op.operands[1].type.dtype)])
     _layout(plan, launch, allocs, uses)
+    if scratch:
+        plan.scratch_offset = -(-plan.total_smem // SMEM_ALIGN) * SMEM_ALIGN
+        plan.total_smem = plan.scratch_offset + scratch
     return plan
+
+
+def _parents(launch: Op) -> dict[int, tuple[list[Op], int]]:
+    """id(op) -> (the op list that holds it, its position there), for every op in `launch`."""
+    out: dict[int, tuple[list[Op], int]] = {}
+    for op in launch.walk():
+        for region in op.regions:
+            for i, inner in enumerate(region.ops):
+                out[id(inner)] = (region.ops, i)
+    return out
+
+
+def _gview_ok(module: Module, v: Value, roles, parents) -> bool:
+    """Whether register tile `v` is a *global view*: defined by one copy of a window of an input
+    tensor (which the kernel never writes) and only read, by elementwise ops after that copy in
+    the same op list, at least one of them broadcasting it. Those ops then read the tensor
+    where they need an element (L1 and L2 serve the repeats) instead of staging the window in
+    shared memory behind a barrier (a GEMV's activation row, a scale column)."""
+    if v.type.space == "shared":
+        return False
+    defs = [op for op, role in roles if role == "dst"]
+    if len(defs) != 1 or defs[0].name != "tile.copy":
+        return False
+    copy = defs[0]
+    src = copy.operands[0]
+    args = module.func.body.args
+    outputs = {id(args[i]) for i in module.func.attrs.get("outputs", [])}
+    if src.type.space != "global" or id(src) in outputs or set(copy.attrs) - {"src_offsets", "checked", "src_steps"}:
+        return False
+    readers = [op for op, role in roles if op is not copy]
+    if not readers or any(role not in ("in", "bcast") or op.name != "tile.elementwise"
+                          for op, role in roles if op is not copy):
+        return False
+    if not any(role == "bcast" for _, role in roles):
+        return False
+    ops, at = parents[id(copy)]
+    return all(parents[id(r)][0] is ops and parents[id(r)][1] > at for r in readers)
 
 
 def _roles(op: Op):
@@ -204,7 +257,7 @@ def _roles(op: Op):
         yield "rsrc", op.operands[0]
         yield "rdst", op.operands[1]
     elif op.name == "tile.reshape":  # a thread reads elements other threads wrote: src in shared
-        yield "rsrc", op.operands[0]
+        yield "rshape", op.operands[0]
         yield "out", op.operands[1]
     elif op.name == "tile.peer_copy":  # reads the peer's instance: no constraint on the local tile
         yield "peer", op.operands[0]
@@ -267,7 +320,58 @@ def _transposed_ok(plan: Plan, v: Value, uses) -> bool:
 def _register_ok(v: Value, op: Op, role: str, plan: Plan) -> bool:
     if role in ("fill", "src", "dst", "in", "out"):
         return True
+    if role == "rsrc":
+        return register_reduce(shape_of(v), op.attrs["axis"], plan.threads) is not None
     return role == "acc" and plan.gemms[id(op)].kind == "simt"
+
+
+MAX_REDUCE_REGS = 128  # elements per thread of a register tile that a reduction reads in place
+
+
+@dataclass(frozen=True)
+class RegReduce:
+    """How a reduction reads its source where it lives, in the threads' registers (chunk layout,
+    module docstring): `rows` along the last axis (`group` consecutive chunks per output, a
+    power of two up to 32: xor shuffles in the group; a multiple of 32: a warp's partial per
+    `group / 32` slots of shared scratch), or `cols` along axis 0 (each thread keeps one chunk's
+    columns: `group` chunks per row divides the thread count; threads with the same columns
+    combine by xor shuffles over the lanes `group` apart, then `slots` partials per column meet in
+    shared scratch when more than one warp holds them)."""
+
+    kind: str  # rows | cols
+    group: int  # chunks per reduced row (rows) or per row of the source (cols)
+    slots: int  # partial results per output in shared scratch (1: none)
+    scratch: int  # scratch elements
+
+
+def register_reduce(shape, axis: int, threads: int) -> RegReduce | None:
+    """The register form of a reduction of a `shape` register tile along `axis`, or None when
+    the source must be staged in shared memory."""
+    shape = tuple(shape)
+    v = chunk_width(shape)
+    n = numel(shape)
+    if threads % 32 or -(-n // threads) > MAX_REDUCE_REGS:
+        return None
+    if axis == len(shape) - 1:
+        g = shape[-1] // v
+        n_out = n // shape[-1]
+        if g <= 32 and g & (g - 1) == 0:
+            return RegReduce("rows", g, 1, 0)
+        if g % 32 == 0:
+            return RegReduce("rows", g, g // 32, n_out * (g // 32))
+        return None
+    if axis != 0:
+        return None
+    inner = n // shape[0]
+    g = inner // v
+    if threads % g or (g < 32 and g & (g - 1)):
+        return None
+    n_ch = n // v
+    if g < 32:  # lanes g apart share columns: after the shuffles, one partial per warp with chunks
+        slots = min(threads // 32, -(-n_ch // 32))
+    else:  # no lanes share columns: one partial per group of g threads with chunks
+        slots = min(threads // g, -(-n_ch // g))
+    return RegReduce("cols", g, slots, inner * slots if slots > 1 else 0)
 
 
 def _pitch(v: Value, uses) -> int:

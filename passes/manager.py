@@ -16,11 +16,12 @@ from dsl.ir import Module
 from dsl.verifier import verify
 from passes.check_coverage import CheckCoveragePass
 from passes.check_smem_fit import CheckSmemFitPass
+from passes.defer_reduce import DeferReducePass
 from passes.map_dsmem import MapDsmemPass
 from passes.software_pipeline import SoftwarePipelinePass
 from passes.tile import TilePass
 
-PASSES = {cls.name: cls for cls in (TilePass, SoftwarePipelinePass, MapDsmemPass, CheckSmemFitPass,
+PASSES = {cls.name: cls for cls in (TilePass, DeferReducePass, SoftwarePipelinePass, MapDsmemPass, CheckSmemFitPass,
                                     CheckCoveragePass)}
 _ITEM = re.compile(r"\s*([a-z][a-z0-9-]*)\s*(\{([^{}]*)\})?\s*(,|$)")
 

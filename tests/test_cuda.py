@@ -203,9 +203,14 @@ def test_miss_places_tiles_and_pipelines_as_intended(generated):
 
 def test_barrier_between_cross_thread_ops(generated):
     _, source = generated[os.path.join(ROOT, "tests", "programs", "elementwise.tk")]
-    before_reduce = source.split("// tile.reduce")[0]
-    assert before_reduce.rstrip().endswith("__syncthreads();")
-    assert "__shfl_xor_sync" in source
+    before_reduce, reduce = source.split("// tile.reduce")
+    # the reduced tile r lives in registers, each row's 8 chunks in 8 lanes of one warp: the
+    # reduction reads them where they are (xor shuffles, no barrier before it) ...
+    assert not before_reduce.rstrip().endswith("__syncthreads();")
+    assert "in registers: 8 chunk(s) of 8 per output" in reduce and "__shfl_xor_sync" in reduce
+    # ... and writes its result to shared memory, which the store to S reads with other threads
+    after = reduce.split("// tile.copy", 1)[0]
+    assert after.rstrip().endswith("__syncthreads();")
 
 
 def test_cluster_examples_use_cluster_barriers_and_dsmem(generated):

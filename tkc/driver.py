@@ -60,7 +60,7 @@ def default_pipeline(target: str, sm: str = "sm_90") -> str:
     on the GPU, so an over-budget kernel is rejected everywhere)."""
     if target not in TARGETS:
         raise error(Loc("<command line>", 1, 1), f"unknown target `{target}`", f"targets: {', '.join(TARGETS)}")
-    return f"tile,software-pipeline,map-dsmem{{target={sm}}},check-smem-fit{{target={sm}}},check-coverage"
+    return f"tile,defer-reduce,software-pipeline,map-dsmem{{target={sm}}},check-smem-fit{{target={sm}}},check-coverage"
 
 
 def optimize(module, target: str):

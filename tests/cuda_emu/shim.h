@@ -4,9 +4,13 @@
 // CUDA thread of a block, blocks one after another, std::barrier for __syncthreads, one shared
 // memory array; cp.async copies are queued and land only at the cp.async.wait_group that retires
 // their group (zero-filled when invalid), so a read before the wait sees stale bytes; misaligned
-// vector accesses abort. Used by tests/test_sgemm_emulated.py. Not a model of the memory system:
+// vector accesses abort; __shfl_xor_sync exchanges through a per-warp slot array between two
+// std::barrier waits of the warp's 32 threads (every lane must call it, as on the GPU). Used by
+// tests/test_sgemm_emulated.py and tests/cuda_emu/emulate.py. Not a model of the memory system:
 // races between threads are not detected.
 #include <barrier>
+#include <cmath>
+#include <memory>
 #include <cstdint>
 #include <cstring>
 #include <cstdio>
@@ -27,6 +31,29 @@ alignas(128) unsigned char smem[232448];
 #define __align__(n)
 #define __shared__
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
+struct tk_warp { std::barrier<> bar{32}; unsigned long long slot[32]; };
+std::vector<std::unique_ptr<tk_warp>> g_warps;  // one per warp of the running block
+template <typename T>
+inline T __shfl_xor_sync(unsigned, T v, int mask) {
+    static_assert(sizeof(T) <= 8, "one word per lane");
+    tk_warp& w = *g_warps[threadIdx.x / 32];
+    const int lane = threadIdx.x % 32;
+    std::memcpy(&w.slot[lane], &v, sizeof(T));
+    w.bar.arrive_and_wait();
+    T r;
+    std::memcpy(&r, &w.slot[lane ^ mask], sizeof(T));
+    w.bar.arrive_and_wait();
+    return r;
+}
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline int __float2int_rz(float x) { return std::isnan(x) ? 0 : x >= 2147483647.0f ? 2147483647 : x <= -2147483648.0f ? (-2147483647 - 1) : static_cast<int>(x); }
+inline int __double2int_rz(double x) { return std::isnan(x) ? 0 : x >= 2147483647.0 ? 2147483647 : x <= -2147483648.0 ? (-2147483647 - 1) : static_cast<int>(x); }
+inline int32_t tk_to_i32(float x) { return __float2int_rz(x); }
+inline int32_t tk_to_i32(double x) { return __double2int_rz(x); }
+inline int8_t tk_to_i8(float x) { return static_cast<int8_t>(std::max(-128, std::min(127, __float2int_rz(x)))); }
+inline int8_t tk_to_i8(double x) { return static_cast<int8_t>(std::max(-128, std::min(127, __double2int_rz(x)))); }
+using std::max;
+using std::min;
 template <int BYTES> struct tk_word;
 template <> struct tk_word<16> { struct type { unsigned a[4]; }; };
 template <> struct tk_word<8> { struct type { unsigned a[2]; }; };

@@ -1,0 +1,126 @@
+"""Run a kernel of the CUDA backend on the CPU: the generated translation unit with its prelude
+replaced by tests/cuda_emu/shim.h (one std::thread per CUDA thread, blocks one after another,
+__syncthreads and warp shuffles through std::barrier), compiled with g++ -std=c++20.
+
+For kernels without clusters, tensor cores or 16-bit floats (the shim has no __half). Outputs
+start as NaN bytes, shared memory as 0xff bytes, so an element left unwritten or read before it
+was written shows. `gxx()` is None when no g++ with C++20 <barrier> is installed (tests skip).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+from codegen import cuda
+from codegen.cuda_prelude import C_TYPES
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@functools.cache
+def gxx() -> str | None:
+    """Path of a g++ that compiles C++20 <barrier>, or None."""
+    path = shutil.which("g++")
+    if path is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "p.cpp")
+        with open(src, "w") as f:
+            f.write("#include <barrier>\nint main() { std::barrier<> b(1); b.arrive_and_wait(); }\n")
+        r = subprocess.run([path, "-std=c++20", "-pthread", src, "-o", os.path.join(tmp, "p")], capture_output=True)
+    return None if r.returncode else path
+
+
+def build(source: str, dtypes: list[str], n_scalars: int, workdir: str) -> str:
+    """Compile CUDA `source` (tensor arguments of `dtypes`, then `n_scalars` int scalars) into an
+    executable `workdir/k` that reads the tensors' bytes from argv[1], the scalars from argv[3:],
+    runs the grid and writes the tensors' bytes to argv[2]; returns its path."""
+    config = cuda.launch_config(source)
+    if config["cluster"] != [1, 1, 1]:
+        raise ValueError("the CPU emulation runs no thread-block clusters")
+    kernel = source.split("// ---- kernel ----")[1].split("\n", 1)[1].replace('extern "C" ', "")
+    gx, gy, gz = config["grid"]
+    threads = config["block"][0]
+    decl = "\n".join(f"    std::vector<unsigned char> b{i}(std::stoul(argv[{3 + n_scalars + i}]));"
+                     for i in range(len(dtypes)))
+    reads = "\n".join(f"    if (fread(b{i}.data(), 1, b{i}.size(), f) != b{i}.size()) return 3;" for i in range(len(dtypes)))
+    writes = "\n".join(f"    fwrite(b{i}.data(), 1, b{i}.size(), f);" for i in range(len(dtypes)))
+    args = [f"reinterpret_cast<{C_TYPES[dt]}*>(b{i}.data())" for i, dt in enumerate(dtypes)]
+    args += [f"s{j}" for j in range(n_scalars)]
+    scalars = "\n".join(f"    const int s{j} = std::stoi(argv[{3 + j}]);" for j in range(n_scalars))
+    main = f"""
+#include <string>
+int main(int, char** argv) {{
+{scalars}
+{decl}
+    FILE* f = fopen(argv[1], "rb");
+{reads}
+    fclose(f);
+    for (int bz = 0; bz < {gz}; ++bz)
+    for (int by = 0; by < {gy}; ++by)
+    for (int bx = 0; bx < {gx}; ++bx) {{
+        std::memset(smem, 0xff, sizeof(smem));
+        std::barrier<> bar({threads});
+        g_bar = &bar;
+        g_warps.clear();
+        for (int w = 0; w < {max(1, threads // 32)}; ++w) g_warps.push_back(std::make_unique<tk_warp>());
+        std::vector<std::thread> ts;
+        for (int t = 0; t < {threads}; ++t)
+            ts.emplace_back([&, t] {{
+                threadIdx.x = t, blockIdx.x = bx, blockIdx.y = by, blockIdx.z = bz;
+                g_groups.clear(), g_open.clear();
+                {config["kernel"]}({", ".join(args)});
+            }});
+        for (auto& t : ts) t.join();
+    }}
+    f = fopen(argv[2], "wb");
+{writes}
+    fclose(f);
+}}
+"""
+    path = os.path.join(workdir, "k.cpp")
+    with open(path, "w") as f:
+        f.write('#include "shim.h"\n' + kernel + main)
+    exe = os.path.join(workdir, "k")
+    r = subprocess.run([gxx(), "-std=c++20", "-O1", "-pthread", f"-I{HERE}", path, "-o", exe],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode:
+        raise RuntimeError("g++ failed:\n" + r.stderr[-4000:])
+    return exe
+
+
+class Emulated:
+    """`module` (final IR) emitted as CUDA and compiled for the CPU emulation once; call it as
+    `kernel(arrays, outputs, scalars)`: one array per tensor argument, in order (those at
+    positions `outputs` are overwritten; they start as NaN bytes); returns the outputs."""
+
+    def __init__(self, module):
+        self.dtypes = [a.type.dtype for a in module.func.body.args]
+        self.n_scalars = len(module.func.attrs.get("scalars", []))
+        self._dir = tempfile.TemporaryDirectory()
+        self.exe = build(cuda.emit(module), self.dtypes, self.n_scalars, self._dir.name)
+
+    def __call__(self, arrays: list[np.ndarray], outputs: list[int], scalars=()) -> list[np.ndarray]:
+        tmp = self._dir.name
+        bufs = [np.full(a.nbytes, 0xff, np.uint8) if i in outputs else np.ascontiguousarray(a)
+                for i, a in enumerate(arrays)]
+        with open(os.path.join(tmp, "in.bin"), "wb") as f:
+            f.write(b"".join(b.tobytes() for b in bufs))
+        sizes = [str(b.nbytes) for b in bufs]
+        r = subprocess.run([self.exe, os.path.join(tmp, "in.bin"), os.path.join(tmp, "out.bin"),
+                            *map(str, scalars), *sizes], capture_output=True, text=True, timeout=600)
+        if r.returncode:
+            raise RuntimeError(f"the emulated kernel failed ({r.returncode}):\n{r.stderr[-4000:]}")
+        data = np.fromfile(os.path.join(tmp, "out.bin"), dtype=np.uint8)
+        out, pos = [], 0
+        for i, a in enumerate(arrays):
+            if i in outputs:
+                out.append(data[pos:pos + a.nbytes].view(a.dtype).reshape(a.shape).copy())
+            pos += a.nbytes
+        return out
