@@ -86,11 +86,12 @@ def eager_fns():
         "rmsnorm": lambda x, w: F.rms_norm(x, (x.shape[1],), w[0], 1e-5),
         "matmul": lambda w, x: w @ x.T,
         "matmul_f16": lambda w, x: (w @ x.to(w.dtype).T).float(),
-        "matmul_q8": lambda w, s, x: (w.float().view(w.shape[0], s.shape[1], -1) * s[:, :, None]).view(w.shape) @ x.T,
+        "matmul_q8": lambda w, s, x: (w.float() * s).view(w.shape[0], -1) @ x.view(-1, 1),
         "silu_mul": lambda a, g: F.silu(a) * g,
         "accum": lambda x, d: x + d,
         "rope": None,  # needs HD: bound per shape below
         "attention": attention,
+        "attention_split": attention,
         "embedding": lambda e, ids: F.embedding(ids, e),
         "rmsnorm_matmul": lambda x, g, w: w @ F.rms_norm(x, (x.shape[1],), g[0], 1e-5).T,
         "ffn_gate": lambda w1, w3, x: F.silu(w1 @ x.T) * (w3 @ x.T),
@@ -103,17 +104,20 @@ def cases(group: str, cpu: bool) -> list[dict]:
     """The (kernel, dims, consts, runtime scalars) to run."""
     out = []
 
-    def add(kernel, dims, consts=None, scalars=None, label=""):
+    def add(kernel, dims, consts=None, scalars=None, label="", dtype=""):
+        label = label or ",".join(f"{k}={v}" for k, v in {**dims, **(scalars or {})}.items())
         out.append({"kernel": kernel, "dims": dims, "consts": consts or {}, "scalars": scalars or {},
-                    "label": label or ",".join(f"{k}={v}" for k, v in {**dims, **(scalars or {})}.items())})
+                    "label": label + (f" {dtype}" if dtype else ""), "dtype": dtype})
 
     if cpu:  # tiny shapes for the dry run
         add("rmsnorm", {"B": 2, "N": 64}, {"threads": 64})
+        add("rmsnorm", {"B": 2, "N": 64}, {"threads": 64}, dtype="f16")
         add("matmul_f16", {"D": 8, "K": 64}, {"BK": 32})
-        add("matmul_q8", {"D": 8, "K": 128})
+        add("matmul_q8", {"D": 8, "G": 4, "GS": 32})
         add("silu_mul", {"B": 2, "H": 96}, {"BN": 32, "threads": 32})
         add("rope", {"B": 2, "D": 64}, {"HD": 16}, {"pos": 5})
         add("attention", {"H": 2, "HD": 32, "S": 40}, {"BT": 16}, {"pos": 39})
+        add("attention_split", {"H": 2, "HD": 32, "S": 40}, {"BT": 16, "SPLIT": 2}, {"pos": 39})
         add("embedding", {"V": 50, "N": 64, "B": 2}, {"BN": 32})
         add("sgemm", {"M": 64, "N": 64, "K": 32}, {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "TM": 4, "TN": 4,
                                                    "WNITER": 2, "BK": 8})
@@ -130,21 +134,29 @@ def cases(group: str, cpu: bool) -> list[dict]:
                     add("rope", {"B": b, "D": dim}, {"HD": hd}, {"pos": pos})
             for pos in POSITIONS:
                 add("attention", {"H": heads, "HD": hd, "S": SEQ}, {}, {"pos": pos})
+                add("attention_split", {"H": heads, "HD": hd, "S": SEQ}, {}, {"pos": pos})
             for kern in ("matmul", "matmul_f16", "matmul_q8"):
                 for d, k in ((dim, dim), (hidden, dim), (dim, hidden)):
-                    add(kern, {"D": d, "K": k}, {"GS": 32} if kern == "matmul_q8" and k % 64 else {})
+                    if kern == "matmul_q8":  # groups of 64 (32 where 64 does not divide K), as runq.c
+                        gs = 64 if k % 64 == 0 else 32
+                        add(kern, {"D": d, "G": k // gs, "GS": gs}, label=f"D={d},K={k}")
+                    else:
+                        add(kern, {"D": d, "K": k})
             add("rmsnorm_matmul", {"D": dim, "K": dim})
             add("ffn_gate", {"H": hidden, "K": dim})
         return out
-    # targets: the issue's target shapes
-    add("rmsnorm", {"B": 16384, "N": 4096})
-    add("silu_mul", {"B": 16384, "H": 4096})
-    add("accum", {"B": 16384, "N": 4096})
+    # targets: the issue's target shapes (its elementwise targets are f16: the examples with
+    # f16 tensors, `source`; and as the seed's f32)
+    for dtype in ("f16", ""):
+        add("rmsnorm", {"B": 16384, "N": 4096}, dtype=dtype)
+        add("silu_mul", {"B": 16384, "H": 4096}, dtype=dtype)
+        add("accum", {"B": 16384, "N": 4096}, dtype=dtype)
     add("rope", {"B": 16384, "D": 4096}, {"HD": 128}, {"pos": 1023})
     add("matmul_f16", {"D": 11008, "K": 4096})
-    add("matmul_q8", {"D": 11008, "K": 4096})
+    add("matmul_q8", {"D": 11008, "G": 64, "GS": 64}, label="D=11008,K=4096")
     add("matmul", {"D": 11008, "K": 4096})
     add("attention", {"H": 32, "HD": 128, "S": SEQ}, {}, {"pos": SEQ - 1})
+    add("attention_split", {"H": 32, "HD": 128, "S": SEQ}, {}, {"pos": SEQ - 1})
     tuned = {"BN": 256, "BK": 32, "WNITER": 2, "threads": 256}  # `tkc tune`'s best at 4096^3, H100
     for n in (1024, 4096):
         add("sgemm", {"M": n, "N": n, "K": n})
@@ -156,12 +168,29 @@ def example(kernel: str) -> str:
     return os.path.join(ROOT, "examples", f"{kernel}.tk")
 
 
-def _build_one(kernel, target, consts, dims, cache_dir) -> str:
-    """Worker: compile one (kernel, target, shape) into the shared cache."""
+def source(case: dict, workdir: str) -> str:
+    """The .tk file of `case`: the example, or with `dtype` a copy whose signature's f32 tensors
+    have that dtype instead (the kernels compute in f32 whatever their tensors hold)."""
+    path = example(case["kernel"])
+    if not case.get("dtype"):
+        return path
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("kernel ")
+    end = text.index("\n    where", start)
+    text = text[:start] + text[start:end].replace("f32[", case["dtype"] + "[") + text[end:]
+    out = os.path.join(workdir, f"{case['kernel']}_{case['dtype']}.tk")
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(text)
+    return out
+
+
+def _build_one(path, target, consts, dims, cache_dir) -> str:
+    """Worker: compile one (.tk file, target, shape) into the shared cache."""
     try:
         import tkc
 
-        tkc.compile(example(kernel), target=target, cache_dir=cache_dir, **consts).specialize(dims)
+        tkc.compile(path, target=target, cache_dir=cache_dir, **consts).specialize(dims)
         return "ok"
     except Exception as exc:  # noqa: BLE001 (the main process compiles again and reports it)
         return f"{type(exc).__name__}: {exc}"
@@ -171,7 +200,7 @@ def moved_bytes(case: dict, module) -> int:
     """Bytes a kernel must move: every tensor once (attention: the KV rows 0..pos only)."""
     env = module.env
     total = sum(a.type.nbytes(env) for a in module.func.body.args)
-    if case["kernel"] == "attention":
+    if case["kernel"] in ("attention", "attention_split"):
         kv = [a for a in module.func.body.args if a.name in ("KC", "VC")]
         rows = case["scalars"]["pos"] + 1
         total -= sum(a.type.nbytes(env) for a in kv)
@@ -207,7 +236,9 @@ def run(args) -> int:
                                         text=True).stdout.strip()
     except OSError:
         meta["commit"] = ""
-    jobs = [(c["kernel"], t, c["consts"], c["dims"], cache_dir) for c in todo for t in target_list]
+    for c in todo:
+        c["path"] = source(c, cache_dir)
+    jobs = [(c["path"], t, c["consts"], c["dims"], cache_dir) for c in todo for t in target_list]
     if not args.cpu:
         ctx = multiprocessing.get_context("spawn")
         with cf.ProcessPoolExecutor(max_workers=max(1, min(14, (os.cpu_count() or 2) - 2)), mp_context=ctx) as pool:
@@ -219,7 +250,7 @@ def run(args) -> int:
     rows, failed = [], False
     for case in todo:
         name = case["kernel"]
-        module = driver.frontend(example(name), {**case["dims"], **case["consts"]})
+        module = driver.frontend(case["path"], {**case["dims"], **case["consts"]})
         nbytes = moved_bytes(case, module)
         flops = 2 * case["dims"]["M"] * case["dims"]["N"] * case["dims"]["K"] if name == "sgemm" else 0
         base = oracle.random_inputs(module, 0, device, "normal", case["scalars"])
@@ -235,10 +266,10 @@ def run(args) -> int:
         if args.compile and not args.cpu:
             if name not in compiled:
                 compiled[name] = torch.compile(fn)
-            variants.append(("torch.compile", compiled[name]))
+            variants.append(("torch.compile", compiled[name]))  # recompiles per shape and dtype
         for t in target_list:
             try:
-                k = tkc.compile(example(name), target=t, cache_dir=cache_dir, **case["consts"])
+                k = tkc.compile(case["path"], target=t, cache_dir=cache_dir, **case["consts"])
                 k.specialize(case["dims"])
                 variants.append((f"tkc {t}", k))
             except TkError as exc:

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 
 from dsl import exprs
+from dsl.diagnostics import error
 from dsl.ir import Module, Op, Region, Value
 from dsl.ops import AllocOp, ElementwiseOp, FillOp, ReduceOp
 from passes.options import options_from
@@ -51,15 +52,15 @@ class DeferReducePass:
 
     def run(self, module: Module) -> Module:
         env = module.env
+        if not module.func.attrs.get("tiled"):
+            raise error(module.func.loc, "`defer-reduce` needs concrete tile shapes and thread counts",
+                        "run `tile` before it (`tile,defer-reduce`, as the default pipeline does)")
         names = {v.name for op in module.walk() for v in op.results}
         names |= {a.name for a in module.func.body.args}
         for launch in module.func.body.ops:
             if launch.name != "tile.launch":
                 continue
-            try:
-                threads = exprs.evaluate(exprs.parse(launch.attrs["threads"]), env)
-            except exprs.ExprError:
-                continue  # not tiled yet: nothing is concrete
+            threads = exprs.evaluate(exprs.parse(launch.attrs["threads"]), env)
             self._region(launch.body, env, threads, names)
         return module
 

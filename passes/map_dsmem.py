@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op
-from dsl.ops import ClusterBarrierOp, peer_tiles, shared_accesses
+from dsl.ops import ClusterBarrierOp, peer_tiles, scalar_ranges, shared_accesses
 from passes.options import PIPELINE_LOC, options_from
 from passes.targets import DEFAULT_SM
 
@@ -63,7 +63,7 @@ class MapDsmemPass:
         env = module.env
         for launch in module.func.body.ops:
             if launch.name == "tile.launch" and "cluster" in launch.attrs:
-                self._check(launch, env)
+                self._check(launch, env, scalar_ranges(module.func, env))
                 _mark(launch)
                 state = _State()
                 launch.body.ops[:] = _tidy(_order(launch.body.ops, state))
@@ -75,7 +75,7 @@ class MapDsmemPass:
                                                     + _names(state.remote_writes) + " until the end of the kernel"))
         return module
 
-    def _check(self, launch: Op, env: dict[str, int]) -> None:
+    def _check(self, launch: Op, env: dict[str, int], scalar_bounds: dict) -> None:
         if self.target not in CLUSTER_TARGETS:
             raise error(launch.loc, f"thread-block clusters need sm_90; the target is {self.target}",
                         "compile for sm_90 (H100/H200), or remove the `cluster` from the grid")
@@ -99,7 +99,8 @@ class MapDsmemPass:
             if n % c:
                 raise error(launch.loc, f"the grid extent {n} of `{var}` does not divide into clusters of {c}",
                             f"make it a multiple of {c} (e.g. a `requires` on the dims)")
-        ranges = {r: (0, c - 1) for r, c in zip(launch.attrs["ranks"], sizes)}
+        ranges = dict(scalar_bounds)  # runtime scalars: [0, their `requires` bound]
+        ranges.update({r: (0, c - 1) for r, c in zip(launch.attrs["ranks"], sizes)})
         ranges.update({v: (0, n - 1) for v, n in zip(launch.attrs["vars"], grid)})
         for op in launch.walk():
             if op.name == "tile.for":
@@ -189,6 +190,10 @@ def _order(ops: list[Op], state: _State) -> list[Op]:
             out.append(op)
             continue
         if op.name == "tile.for":
+            reason = _entry_conflict(op, state)
+            if reason is not None:  # one barrier before the loop instead of one in every trip
+                out.append(_barrier(op, reason))
+                state.clear()
             entry = state.copy()
             first = state.copy()
             body = _order(op.body.ops, first)
@@ -223,6 +228,22 @@ def _order(ops: list[Op], state: _State) -> list[Op]:
             state.local_reads[name] = op
         out.append(op)
     return out
+
+
+def _entry_conflict(loop: Op, state: _State) -> str | None:
+    """Why some op of `loop` conflicts with the accesses pending before the loop (a barrier
+    before it then serves every trip), or None."""
+    for op in loop.walk():
+        if op is loop or op.name in ("tile.for", "tile.cluster_barrier"):
+            continue
+        read = op.operands[0].name if op.name == "tile.peer_copy" else None
+        pushed = op.operands[1].name if op.name == "tile.peer_store" else None
+        local_reads, local_write = shared_accesses(op)
+        reason = _conflict(state, read, pushed, local_write.name if local_write is not None else None,
+                           [v.name for v in local_reads])
+        if reason is not None:
+            return reason
+    return None
 
 
 def _tidy(ops: list[Op]) -> list[Op]:

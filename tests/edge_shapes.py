@@ -53,8 +53,9 @@ SPECS: dict[str, Spec] = {
     "examples/rmsnorm.tk": Spec({"B": 3, "N": 72}, {"threads": 128}, {"B": 1, "N": 16}),  # N: whole rows
     "examples/matmul.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
     "examples/matmul_f16.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
-    "examples/matmul_q8.tk": Spec({"D": 40, "K": 128}, {"BD": 4, "GS": 32}, {"D": "BD", "K": "GS"},
-                                  multiple_of={"K": "GS"}),
+    # GS: whole groups of 8-wide chunks (and 2- or 1-wide at the edges)
+    "examples/matmul_q8.tk": Spec({"D": 40, "G": 5, "GS": 32}, {"BD": 4, "NG": 2}, {"D": "BD", "G": "NG", "GS": 8},
+                                  variants=({"NG": 8, "threads": 64},)),
     "examples/rmsnorm_matmul.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
     "examples/ffn_gate.tk": Spec({"H": 40, "K": 100}, {"BD": 4, "BK": 32}, {"H": "BD", "K": "BK"},
                                  # `wide` puts W1 @ X near -1e3 on whole rows: silu underflows to 0 there
@@ -63,6 +64,8 @@ SPECS: dict[str, Spec] = {
     # runtime scalar `pos`: the inputs alternate between its largest allowed value and 0
     "examples/rope.tk": Spec({"B": 3, "D": 64}, {"HD": 16}, {"B": 1, "D": "HD"}, multiple_of={"D": "HD"}),
     "examples/attention.tk": Spec({"H": 3, "HD": 32, "S": 40}, {"BT": 16}, {"H": 1, "S": "BT"}),
+    "examples/attention_split.tk": Spec({"H": 3, "HD": 32, "S": 40}, {"BT": 8, "SPLIT": 2}, {"H": 1, "S": "BT"},
+                                        variants=({"SPLIT": 4, "BT": 4}, {"SPLIT": 1})),
     "examples/embedding.tk": Spec({"V": 50, "N": 72, "B": 3}, {"BN": 32}, {"B": 1, "N": "BN"}),
     "examples/accum.tk": Spec({"B": 3, "N": 72}, {"BN": 32, "threads": 32}, {"B": 1, "N": "BN"}),
     "tests/programs/bf16_ops.tk": Spec({"M": 40, "N": 64, "K": 32}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
