@@ -46,6 +46,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 from miss import Timer, copy_bandwidth, rotating  # noqa: E402  (the shared timing method)
+from tkc.bench import graph_ms  # noqa: E402
 
 # llama2.c model shapes: (name, dim, hidden, heads)
 MODELS = [("15M", 288, 768, 6), ("42M", 512, 1376, 8), ("110M", 768, 2048, 12), ("7B", 4096, 11008, 32)]
@@ -278,7 +279,7 @@ def run(args) -> int:
             except Exception as exc:  # noqa: BLE001
                 rows.append(_row(case, f"tkc {t}", None, None, nbytes, flops, copy_tbps, f"error: {exc}",
                                  traceback.format_exc()))
-        eager_ms = None
+        eager_ms = eager_graph = None
         for vname, v in variants:
             try:
                 res = v(*base)
@@ -288,6 +289,12 @@ def run(args) -> int:
                 # the torch baselines compute in their own dtypes (f16 GEMV outputs): a wider bound
                 ok = err <= tol if vname.startswith("tkc") else err <= max(tol, 2e-2)
                 ms = timer(rotating(v, sets))
+                gms = None
+                if args.graph and not args.cpu:
+                    try:
+                        gms = graph_ms(timer, v, sets)
+                    except Exception as exc:  # noqa: BLE001 (not capturable: the row says so)
+                        gms = f"{type(exc).__name__}: {str(exc).splitlines()[0][:60]}"
             except Exception as exc:  # noqa: BLE001
                 rows.append(_row(case, vname, None, None, nbytes, flops, copy_tbps, f"error: {type(exc).__name__}: {exc}",
                                  traceback.format_exc()))
@@ -299,6 +306,15 @@ def run(args) -> int:
             failed |= not ok and vname.startswith("tkc")
             row = _row(case, vname, ms, err, nbytes, flops, copy_tbps, status)
             row["x_eager"] = eager_ms / ms if eager_ms else None
+            if isinstance(gms, float):
+                row["graph_us"] = gms * 1e3
+                row["graph_frac_copy"] = nbytes / (gms * 1e-3) / 1e12 / copy_tbps if copy_tbps else None
+                if vname == "torch eager":
+                    eager_graph = gms
+                row["graph_x_eager"] = eager_graph / gms if eager_graph else None
+            elif gms is not None:
+                row["graph_us"] = None
+                row["graph_status"] = gms
             rows.append(row)
         print(f"{name} {case['label']}: " + ", ".join(f"{r['variant']} {r['time_us']:.1f} us" for r in rows
                                                      if r["case"] == case["label"] and r["kernel"] == name
@@ -324,13 +340,20 @@ def _row(case, variant, ms, err, nbytes, flops, copy_tbps, status, trace="") -> 
 def table(meta: dict, rows: list[dict]) -> str:
     lines = [f"Transformer decode kernels on {meta['device_name']} ({meta['date']}, commit {meta.get('commit', '')}); "
              f"copy {meta['copy']['tbps']:.2f} TB/s", "",
-             "| kernel | shape | variant | time (us) | x eager | % copy | TFLOP/s | status |", "|---|---|---|---|---|---|---|---|"]
+             "| kernel | shape | variant | time (us) | x eager | % copy | graph (us) | graph x eager | graph % copy "
+             "| TFLOP/s | status |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         t = f"{r['time_us']:.1f}" if r["time_us"] is not None else "-"
         x = f"{r['x_eager']:.2f}" if r.get("x_eager") else "-"
         frac = f"{100 * r['frac_copy']:.0f}" if r.get("frac_copy") is not None and not r.get("tflops") else "-"
+        g = f"{r['graph_us']:.1f}" if r.get("graph_us") else "-"
+        gx = f"{r['graph_x_eager']:.2f}" if r.get("graph_x_eager") else "-"
+        gfrac = (f"{100 * r['graph_frac_copy']:.0f}" if r.get("graph_frac_copy") is not None and not r.get("tflops")
+                 else "-")
         tf = f"{r['tflops']:.1f}" if r.get("tflops") else "-"
-        lines.append(f"| {r['kernel']} | {r['case']} | {r['variant']} | {t} | {x} | {frac} | {tf} | {r['status'][:70]} |")
+        status = r["status"] + (f" (graph: {r['graph_status']})" if r.get("graph_status") else "")
+        lines.append(f"| {r['kernel']} | {r['case']} | {r['variant']} | {t} | {x} | {frac} | {g} | {gx} | {gfrac} "
+                     f"| {tf} | {status[:90]} |")
     return "\n".join(lines)
 
 
@@ -341,6 +364,8 @@ def main(argv=None) -> int:
     p.add_argument("--targets", default="tilelang,cuda")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                    help="also time torch.compile (default on; --no-compile skips it)")
+    p.add_argument("--graph", action="store_true",
+                   help="also time each variant replayed from a CUDA graph (kernel time without launch gaps)")
     p.add_argument("--cpu", action="store_true", help="dry run on tiny shapes on the CPU")
     p.add_argument("--warmup", type=float, default=25.0)
     p.add_argument("--rep", type=float, default=100.0)

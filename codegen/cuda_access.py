@@ -176,17 +176,8 @@ class AccessMixin:
         `gview`) from its tensor, zeros outside it; returns e -> element e in v's dtype."""
         copy = self.plan.gview[id(v)]
         src = copy.operands[0]
-        gc = self.global_chunk(copy, src, "src", idx, width)
-        zero = " = {}" if (gc.cond or gc.elem_cond) else ""
-        self.line(d, f"alignas(16) {C_TYPES[src.type.dtype]} {tmp}[{width}]{zero};  // {self.name(v)}: read in place")
-        if gc.elem_cond:
-            pre = f"if ({gc.cond}) " if gc.cond else ""
-            self.line(d, f"{pre}{{")
-            self.elem_loop(d + 1, f"if ({gc.elem_cond('e')}) {tmp}[e] = {gc.at('e')};", width)
-            self.line(d, "}")
-        else:
-            load = f"tk_load<{gc.word}>({tmp}, {gc.ptr});"
-            self.line(d, f"if ({gc.cond}) {load}" if gc.cond else load)
+        self.line(d, f"// {self.name(v)}: read in place")
+        self.load_global(self.global_chunk(copy, src, "src", idx, width), src, width, tmp, d)
         if width == 1:
             return lambda e: convert(f"{tmp}[0]", src.type.dtype, v.type.dtype)
         return lambda e: convert(f"{tmp}[{e}]", src.type.dtype, v.type.dtype)
@@ -311,7 +302,7 @@ class AccessMixin:
     def load_chunk(self, op, ch: Chunk, d: int, async_: bool) -> None:
         src, dst = op.operands
         gc = self.global_chunk(op, src, "src", ch.idx, ch.width)
-        stype, size = C_TYPES[src.type.dtype], SIZES[src.type.dtype]
+        size = SIZES[src.type.dtype]
         if async_ and self.plan.smem[id(dst)].transposed:  # an element per copy, each to its column
             if gc.cond:
                 self.line(d, f"const bool ok = {gc.cond};")
@@ -334,17 +325,22 @@ class AccessMixin:
                 else:
                     self.line(d, f"tk_cp_async<{gc.word}>({s_at}, {g_at});")
             return
+        self.load_global(gc, src, ch.width, "gv", d)
+        self.write(dst, ch, d, lambda e: convert(f"gv[{e}]", src.type.dtype, dst.type.dtype), "ov")
+
+    def load_global(self, gc: GlobalChunk, tensor, width: int, tmp: str, d: int) -> None:
+        """Declare `tmp[width]` and load the chunk `gc` of global `tensor` into it: one vector
+        access, or guarded element by element; elements outside the tensor read 0."""
         zero = " = {}" if (gc.cond or gc.elem_cond) else ""
-        self.line(d, f"alignas(16) {stype} gv[{ch.width}]{zero};")
+        self.line(d, f"alignas(16) {C_TYPES[tensor.type.dtype]} {tmp}[{width}]{zero};")
         if gc.elem_cond:
             pre = f"if ({gc.cond}) " if gc.cond else ""
             self.line(d, f"{pre}{{")
-            self.elem_loop(d + 1, f"if ({gc.elem_cond('e')}) gv[e] = {gc.at('e')};", ch.width)
+            self.elem_loop(d + 1, f"if ({gc.elem_cond('e')}) {tmp}[e] = {gc.at('e')};", width)
             self.line(d, "}")
         else:
-            load = f"tk_load<{gc.word}>(gv, {gc.ptr});"
+            load = f"tk_load<{gc.word}>({tmp}, {gc.ptr});"
             self.line(d, f"if ({gc.cond}) {load}" if gc.cond else load)
-        self.write(dst, ch, d, lambda e: convert(f"gv[{e}]", src.type.dtype, dst.type.dtype), "ov")
 
     def store_chunk(self, op, ch: Chunk, d: int) -> None:
         src, dst = op.operands

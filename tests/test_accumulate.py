@@ -21,6 +21,7 @@ from dsl.diagnostics import Loc, TkError
 from dsl.interpreter import run
 from dsl.ir import print_module
 from dsl.ir_parser import parse_module
+from passes.manager import parse_pipeline, run_pipeline
 from tkc import driver, oracle
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -204,7 +205,17 @@ def test_backends_add_onto_the_accumulator():
     assert tl.count("T.clear(s)") == 1 and not re.search(r"^\s*s\[i, 0\] = T\.Cast", tl, re.M)
     loop = tl[tl.index("for j in T.serial(4):"):]
     assert re.search(r"^\s*s\[(\w+), 0\] = s\[\1, 0\] \+ \w+\[\1, \w+\]$", loop, re.M), tl
+    # the default pipeline defers the sums out of the loop (defer-reduce): per-thread partial
+    # sums in the loop, then each register reduction adds onto s and t once
     src = cuda.emit(driver.optimize(driver.frontend(ROW_SUM), "cuda"))
+    loop = src[src.index("for (int j = 0; j < 4; ++j)"):src.index("// tile.reduce")]
+    after = src[src.index("// tile.reduce"):]
+    assert "part_0[e] = part_0[e] + t0[e];" in loop and "__shfl_xor_sync" not in loop
+    assert "s[ch / 8] = s[ch / 8] + red;" in after and "t[ch / 8] = t[ch / 8] + red;" in after
+    assert not re.search(r"\b[st]\[ch / 8\] = red;", src)
+    # without it, every trip's reduction adds onto s and t
+    spec = driver.default_pipeline("cuda").replace("defer-reduce,", "")
+    src = cuda.emit(run_pipeline(driver.frontend(ROW_SUM), parse_pipeline(spec)))
     body = src[src.index("for (int j = 0; j < 4; ++j)"):]
-    assert "s[oi] = s[oi] + red;" in body and "t[oi] = t[oi] + red;" in body
-    assert not re.search(r"\bs\[oi\] = red;", src)
+    assert "s[ch / 8] = s[ch / 8] + red;" in body and "t[ch / 8] = t[ch / 8] + red;" in body
+    assert not re.search(r"\b[st]\[ch / 8\] = red;", src)

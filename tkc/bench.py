@@ -58,3 +58,25 @@ def rotating(fn, sets):
         return fn(*sets[i])
 
     return run
+
+
+def graph_ms(timer: Timer, fn, sets, calls: int = 0) -> float:
+    """Median time in ms of one `fn(*set)` call replayed from a CUDA graph that holds `calls`
+    calls rotating over `sets` (default: max(8, len(sets))): the kernels' own time, without the
+    host's launch and argument-checking work between them (METHOD.md: "for many small launches,
+    capture a graph and time its replays"). Raises whatever capture raises when `fn` cannot be
+    captured (a host synchronization inside it, say)."""
+    import torch
+
+    calls = calls or max(8, len(sets))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture: compiles, caches, allocator pools
+        for i in range(len(sets)):
+            fn(*sets[i])
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(*sets[i % len(sets)])
+    return timer(graph.replay) / calls

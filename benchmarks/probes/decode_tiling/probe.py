@@ -1,8 +1,9 @@
 """Probe (issue 10): schedule constants of the decode examples on the GPU, target `cuda`.
 
 Times each (example, constants) at the issue's target shape with benchmarks/miss.py's Timer
-(do_bench median, rotated inputs), after checking the output against the float64 reference.
-Run on the device machine: `python3 benchmarks/probes/decode_tiling/probe.py`.
+(do_bench median, rotated inputs) and replayed from a CUDA graph (tkc.bench.graph_ms: the kernel
+without the host's per-call work), after checking the output against the float64 reference.
+Run on the device machine: `python3 benchmarks/probes/decode_tiling/probe.py [NAME ...]`.
 """
 
 from __future__ import annotations
@@ -19,22 +20,33 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
 
 from miss import Timer, rotating  # noqa: E402
 
-CASES = [
-    ("matmul_f16", {"D": 11008, "K": 4096}, {}, [{}, {"BD": 8}, {"BD": 16}, {"BD": 16, "threads": 256},
-                                                 {"BD": 8, "BK": 1024}, {"BD": 16, "BK": 256}, {"BD": 32, "threads": 256}]),
-    ("matmul", {"D": 11008, "K": 4096}, {}, [{}, {"BD": 8}, {"BD": 16}, {"BD": 16, "threads": 256}, {"BD": 8, "BK": 256}]),
-    ("matmul_q8", {"D": 11008, "K": 4096}, {}, [{}, {"BD": 8}, {"BD": 16}, {"BD": 32}, {"BD": 16, "threads": 256},
-                                                {"BD": 32, "threads": 256}]),
-    ("rope", {"B": 16384, "D": 4096}, {"pos": 1023}, [{}, {"threads": 32}, {"threads": 128}]),
-    ("attention", {"H": 32, "HD": 128, "S": 1024}, {"pos": 1023}, [{}, {"BT": 64}, {"BT": 16}, {"BT": 64, "threads": 256}]),
+CASES = [  # (example, dims, runtime scalars, constant variants, tensor dtype)
+    ("matmul_f16", {"D": 11008, "K": 4096}, {}, [{}, {"BD": 8}, {"BD": 16, "threads": 256}, {"BD": 2, "BK": 1024},
+                                                 {"BD": 8, "BK": 256}, {"threads": 256}, {"threads": 64}], ""),
+    ("matmul", {"D": 11008, "K": 4096}, {}, [{}, {"BD": 8}, {"BD": 2}, {"BK": 256}, {"threads": 256}, {"threads": 64},
+                                             {"BD": 1, "threads": 64}], ""),
+    ("matmul_q8", {"D": 11008, "G": 64, "GS": 64}, {}, [{}, {"NG": 16}, {"BD": 8}, {"BD": 2, "NG": 16}, {"threads": 64},
+                                                        {"NG": 16, "threads": 256}, {"BD": 8, "NG": 16, "threads": 256}],
+     ""),
+    ("rmsnorm", {"B": 16384, "N": 4096}, {}, [{}, {"threads": 512}, {"threads": 256}, {"threads": 128}], "f16"),
+    ("rope", {"B": 16384, "D": 4096}, {"pos": 1023}, [{}, {"threads": 64}], ""),
+    ("attention", {"H": 32, "HD": 128, "S": 1024}, {"pos": 1023}, [{}, {"BT": 32}, {"BT": 128, "threads": 512}], ""),
+    ("attention_split", {"H": 32, "HD": 128, "S": 1024}, {"pos": 1023},
+     [{}, {"SPLIT": 4}, {"BT": 32}, {"BT": 32, "threads": 128}, {"SPLIT": 4, "BT": 128, "threads": 512}], ""),
 ]
 
 
-def build(name, consts, dims, cache):
+def path_of(name: str, dtype: str, workdir: str) -> str:
+    from transformer import source
+
+    return source({"kernel": name, "dtype": dtype}, workdir)
+
+
+def build(path, consts, dims, cache):
     try:
         import tkc
 
-        tkc.compile(os.path.join(ROOT, "examples", f"{name}.tk"), target="cuda", cache_dir=cache, **consts).specialize(dims)
+        tkc.compile(path, target="cuda", cache_dir=cache, **consts).specialize(dims)
         return "ok"
     except Exception as exc:  # noqa: BLE001
         return str(exc).splitlines()[0]
@@ -46,14 +58,17 @@ def main() -> None:
     import tkc
     from tkc import driver, oracle
 
+    from tkc.bench import graph_ms
+
     cache = tempfile.mkdtemp()
-    jobs = [(n, c, d, cache) for n, d, _, vs in CASES for c in vs]
+    todo = [c for c in CASES if not sys.argv[1:] or c[0] in sys.argv[1:]]
+    jobs = [(path_of(n, dt, cache), c, d, cache) for n, d, _, vs, dt in todo for c in vs]
     with cf.ProcessPoolExecutor(14, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(build, *zip(*jobs)))
     timer = Timer(False, 25, 100)
-    print("| example | constants | us | rel err |\n|---|---|---|---|")
-    for name, dims, scalars, variants in CASES:
-        path = os.path.join(ROOT, "examples", f"{name}.tk")
+    print("| example | constants | us (calls) | us (graph) | rel err |\n|---|---|---|---|---|")
+    for name, dims, scalars, variants, dtype in todo:
+        path = path_of(name, dtype, cache)
         for consts in variants:
             try:
                 module = driver.frontend(path, {**dims, **consts})
@@ -62,9 +77,11 @@ def main() -> None:
                 out = k(*sets[0])
                 err = oracle.rel_error(out, oracle.reference(module, sets[0])[0])
                 us = timer(rotating(k, sets)) * 1e3
-                print(f"| {name} | {consts or 'default'} | {us:.1f} | {err:.1e} |", flush=True)
+                gus = graph_ms(timer, k, sets) * 1e3
+                print(f"| {name}{' ' + dtype if dtype else ''} | {consts or 'default'} | {us:.1f} | {gus:.1f} "
+                      f"| {err:.1e} |", flush=True)
             except Exception as exc:  # noqa: BLE001
-                print(f"| {name} | {consts} | - | {str(exc).splitlines()[0][:80]} |", flush=True)
+                print(f"| {name} | {consts} | - | - | {str(exc).splitlines()[0][:80]} |", flush=True)
         torch.cuda.empty_cache()
 
 
