@@ -118,7 +118,6 @@ def cases(group: str, cpu: bool) -> list[dict]:
         add("silu_mul", {"B": 2, "H": 96}, {"BN": 32, "threads": 32})
         add("rope", {"B": 2, "D": 64}, {"HD": 16}, {"pos": 5})
         add("attention", {"H": 2, "HD": 32, "S": 40}, {"BT": 16}, {"pos": 39})
-        add("attention_split", {"H": 2, "HD": 32, "S": 40}, {"BT": 16, "SPLIT": 2}, {"pos": 39})
         add("embedding", {"V": 50, "N": 64, "B": 2}, {"BN": 32})
         add("sgemm", {"M": 64, "N": 64, "K": 32}, {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "TM": 4, "TN": 4,
                                                    "WNITER": 2, "BK": 8})
@@ -180,6 +179,7 @@ def source(case: dict, workdir: str) -> str:
     start = text.index("kernel ")
     end = text.index("\n    where", start)
     text = text[:start] + text[start:end].replace("f32[", case["dtype"] + "[") + text[end:]
+    os.makedirs(workdir, exist_ok=True)
     out = os.path.join(workdir, f"{case['kernel']}_{case['dtype']}.tk")
     with open(out, "w", encoding="utf-8") as f:
         f.write(text)

@@ -21,13 +21,14 @@ Unsupported constructs raise a located TkError. Input: IR after `tile,software-p
 from __future__ import annotations
 
 import json
+import re
 
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value, format_attr_dict
 from dsl.ops import COMPARE, compare_dtype, peer_tiles, scalar_ranges, scalars
 from passes.targets import SMEM_LIMITS
-from codegen.cuda_access import AccessMixin
+from codegen.cuda_access import AccessMixin, Chunk
 from codegen.cuda_gemm import GemmMixin
 from codegen.cuda_loops import LoopMixin
 from codegen.cuda_signal import Signal, plan_signal
@@ -575,13 +576,63 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             ct = rt = out.type.dtype
         arg_types = ["bool" if fn == "where" and k == 0 else ct for k in range(len(ins))]
 
+        shape = shape_of(out)
+        hoisted = self.invariant_inputs(ins, shape)
+        pre: dict[int, object] = {}
+        if hoisted:  # read once, before the chunk loop, with the thread's first chunk's index
+            self.line(d, "{")
+            width = chunk_width(shape)
+            decls, idx = self._chunk_indices(shape, width)
+            saved, self.lines = self.lines, []
+            for k in hoisted:
+                pre[k] = self.read(ins[k], Chunk(tuple(shape), width, idx, ""), d + 1, f"in{k}")
+            text, self.lines = self.lines, saved
+            self.line(d + 1, "const int ch = tid;  // the same elements of "
+                      + ", ".join(self.name(ins[k]) for k in hoisted) + " in each of this thread's chunks")
+            joined = "\n".join(text)
+            for name, expr in decls:
+                if re.search(rf"\b{name}\b", joined):
+                    self.line(d + 1, f"const int {name} = {expr};")
+            self.lines.extend(text)
+            d += 1
+
         def body(ch, dd):
-            readers = [self.read(v, ch, dd, f"in{k}") for k, v in enumerate(ins)]
+            readers = [pre[k] if k in pre else self.read(v, ch, dd, f"in{k}") for k, v in enumerate(ins)]
             args = lambda e: [convert(r(e), v.type.dtype, t) for r, v, t in zip(readers, ins, arg_types)]  # noqa: E731
             extra = [literal(op.attrs["scalar"], ct)] if "scalar" in op.attrs else []
             self.write(out, ch, dd, lambda e: convert(apply(fn, args(e) + extra, ct), rt, out.type.dtype), "ov")
 
-        self.chunk_loop(shape_of(out), d, body)
+        self.chunk_loop(shape, d, body)
+        if hoisted:
+            self.line(d - 1, "}")
+
+    def invariant_inputs(self, ins: list[Value], shape) -> list[int]:
+        """Positions of the broadcast inputs (in shared memory or global views) whose elements are
+        the same in every chunk a thread handles over an output of `shape`: chunk c + THREADS
+        starts THREADS * V elements after chunk c, which moves no index of a dim the input
+        does not broadcast along when that step is a multiple of the dim's extent times its
+        stride (a GEMV's activation row over several rows of W). Only when every thread has
+        the same number of chunks, more than one."""
+        width = chunk_width(shape)
+        n = numel(shape) // width
+        if n % self.threads or n // self.threads < 2:
+            return []
+        step = self.threads * width
+        out = []
+        for k, v in enumerate(ins):
+            if self.plan.where(v) not in ("gview", "shared") or shape_of(v) == tuple(shape):
+                continue
+            vshape = shape_of(v)
+            lead = len(shape) - len(vshape)
+            ok = True
+            for j, extent in enumerate(vshape):
+                if extent == 1:
+                    continue
+                stride = numel(shape[lead + j + 1:])
+                ok &= step % (stride * shape[lead + j]) == 0
+            if ok:
+                out.append(k)
+        return out
 
     def op_reduce(self, op: Op, d: int) -> None:
         """Each output element is reduced by a group of `lanes` threads (a power of two that fits
