@@ -147,15 +147,22 @@ def cases(group: str, cpu: bool) -> list[dict]:
         return out
     # targets: the issue's target shapes (its elementwise targets are f16: the examples with
     # f16 tensors, `source`; and as the seed's f32)
+    # "tuned": other schedule constants than the file's (the seed's launch shapes), the fastest of
+    # benchmarks/probes/decode_tiling on an H100 (2026-11-25)
     for dtype in ("f16", ""):
         add("rmsnorm", {"B": 16384, "N": 4096}, dtype=dtype)
+        add("rmsnorm", {"B": 16384, "N": 4096}, {"threads": 256}, label="B=16384,N=4096 tuned", dtype=dtype)
         add("silu_mul", {"B": 16384, "H": 4096}, dtype=dtype)
         add("accum", {"B": 16384, "N": 4096}, dtype=dtype)
     add("rope", {"B": 16384, "D": 4096}, {"HD": 128}, {"pos": 1023})
     add("matmul_f16", {"D": 11008, "K": 4096})
     add("matmul_q8", {"D": 11008, "G": 64, "GS": 64}, label="D=11008,K=4096")
+    add("matmul_q8", {"D": 11008, "G": 64, "GS": 64}, {"BD": 2, "NG": 16}, label="D=11008,K=4096 tuned")
     add("matmul", {"D": 11008, "K": 4096})
+    add("matmul", {"D": 11008, "K": 4096}, {"BD": 8}, label="D=11008,K=4096 tuned")
     add("attention", {"H": 32, "HD": 128, "S": SEQ}, {}, {"pos": SEQ - 1})
+    add("attention", {"H": 32, "HD": 128, "S": SEQ}, {"BT": 128, "threads": 512}, {"pos": SEQ - 1},
+        label=f"H=32,HD=128,S={SEQ},pos={SEQ - 1} tuned")
     add("attention_split", {"H": 32, "HD": 128, "S": SEQ}, {}, {"pos": SEQ - 1})
     tuned = {"BN": 256, "BK": 32, "WNITER": 2, "threads": 256}  # `tkc tune`'s best at 4096^3, H100
     for n in (1024, 4096):
