@@ -41,10 +41,17 @@ class LoopMixin:
             return self.pipelined(op, d, st, copies)
         v, lo_c, hi_c = self.cname(var), self.cexpr(op.attrs["lo"]), self.cexpr(op.attrs["hi"])
         self.line(d, f"// for {var} in [{op.attrs['lo']}, {op.attrs['hi']}), {kind} ({_loc(op)})")
+        saved, self.lines = self.lines, []
+        self.loop_body(op.body.ops, d + 1, st)
+        body, self.lines = self.lines, saved
         if kind == "unroll":
             self.line(d, "#pragma unroll")
+        elif hi - lo >= 4 and not any("__syncthreads" in b or "this_cluster" in b or "tk_mbar" in b for b in body):
+            # a trip with no barrier (a GEMV's loads and multiply-adds after defer-reduce): two trips
+            # per loop iteration let the next trip's loads issue before this trip's arithmetic
+            self.line(d, "#pragma unroll 2  // no barrier in the body: overlap the loads of two trips")
         self.line(d, f"for (int {v} = {lo_c}; {v} < {hi_c}; ++{v}) {{")
-        self.loop_body(op.body.ops, d + 1, st)
+        self.lines.extend(body)
         self.line(d, "}")
         return st
 

@@ -22,11 +22,13 @@ from miss import Timer, rotating  # noqa: E402
 
 CASES = [  # (example, dims, runtime scalars, constant variants, tensor dtype)
     ("matmul_f16", {"D": 11008, "K": 4096}, {}, [{}, {"BD": 8}, {"BD": 16, "threads": 256}, {"BD": 2, "BK": 1024},
-                                                 {"BD": 8, "BK": 256}, {"threads": 256}, {"threads": 64}], ""),
+                                                 {"BD": 8, "BK": 256}, {"threads": 256}, {"threads": 64},
+                                                 {"BD": 2, "BK": 2048, "threads": 256}, {"BD": 1, "BK": 2048}], ""),
     ("matmul", {"D": 11008, "K": 4096}, {}, [{}, {"BD": 8}, {"BD": 2}, {"BK": 256}, {"threads": 256}, {"threads": 64},
                                              {"BD": 1, "threads": 64}], ""),
     ("matmul_q8", {"D": 11008, "G": 64, "GS": 64}, {}, [{}, {"NG": 16}, {"BD": 8}, {"BD": 2, "NG": 16}, {"threads": 64},
-                                                        {"NG": 16, "threads": 256}, {"BD": 8, "NG": 16, "threads": 256}],
+                                                        {"NG": 16, "threads": 256}, {"BD": 8, "NG": 16, "threads": 256},
+                                                        {"BD": 2, "NG": 32}, {"BD": 4, "NG": 16}, {"BD": 1, "NG": 32}],
      ""),
     ("rmsnorm", {"B": 16384, "N": 4096}, {}, [{}, {"threads": 512}, {"threads": 256}, {"threads": 128}], "f16"),
     ("rope", {"B": 16384, "D": 4096}, {"pos": 1023}, [{}, {"threads": 64}], ""),
