@@ -323,6 +323,9 @@ def run(args) -> int:
                 row["graph_us"] = None
                 row["graph_status"] = gms
             rows.append(row)
+        if args.out:  # after every case: a run cut short keeps what it measured
+            with open(args.out, "w") as f:
+                json.dump({"meta": meta, "rows": rows}, f, indent=1)
         print(f"{name} {case['label']}: " + ", ".join(f"{r['variant']} {r['time_us']:.1f} us" for r in rows
                                                      if r["case"] == case["label"] and r["kernel"] == name
                                                      and r["time_us"] is not None), flush=True)
