@@ -15,7 +15,8 @@ tensor cores; shared buffers with disjoint lifetimes share bytes. `__syncthreads
 next touched by others. Pipelined loops issue their global -> shared loads `stages - 1`
 iterations ahead through cp.async into `stages` copies of each staging tile.
 
-Unsupported constructs raise a located TkError. Input: IR after `tile,software-pipeline`.
+Unsupported constructs raise a located TkError. Input: IR after the default pipeline
+(`tile,defer-reduce,software-pipeline,map-dsmem,...`).
 """
 
 from __future__ import annotations

@@ -15,8 +15,15 @@ Placement of register tiles (`frag`/`local`), decided from every op that touches
   allowed when the tile is f32 or f64, only filled, accumulated into by gemms of one tiling and
   copied out to a global tensor or a shared tile (otherwise a located error: the tiling asks for
   registers the backend cannot give).
-* `shared`: everything else (reduction operands, broadcast inputs, gemm operands) is kept in
-  shared memory, which any thread can read.
+* `gview`: a *global view*, a window of an input tensor copied by one `tile.copy` and only read
+  by elementwise ops after it in the same op list, at least one broadcasting it: nothing is
+  staged, the readers load the tensor's elements where they need them (`_gview_ok`).
+* `shared`: everything else (broadcast inputs, gemm operands, reduction sources whose layout
+  `register_reduce` cannot handle) is kept in shared memory, which any thread can read.
+
+A reduction may read a register tile in place (`RegReduce`): its source's chunks are combined by
+the threads that hold them, with xor shuffles and, across warps, a shared scratch placed after
+the buffers (`Plan.scratch_offset`).
 
 The A operand of a warp-tiled gemm is stored transposed (`SmemBuffer.transposed`: element [i, k]
 at k * pitch + i), so that a thread's TM consecutive rows at one k are one vector load (seed 002,

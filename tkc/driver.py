@@ -1,7 +1,8 @@
 """The compile pipeline: .tk source -> AST -> tile IR -> passes -> backend source (cached).
 
 Stages, in order: `dsl.parser.parse`, `dsl.lower.lower` (with `-D` overrides), the target's
-default pass pipeline (`tile,software-pipeline,map-dsmem,check-smem-fit`, for sm_90), then the backend's
+default pass pipeline (`tile,defer-reduce,software-pipeline,map-dsmem,check-smem-fit,check-coverage`, for
+sm_90), then the backend's
 `emit` (codegen/). Generated source is cached on disk by the hash of the final IR, the target
 and tool versions (tkc/cache.py). A second index maps the hash of the source text, overrides
 and target to that key, so a warm `tkc compile` neither parses nor lowers (it stays well under
