@@ -712,6 +712,18 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             stmt = f"{target} = {convert(value, ct, dst.type.dtype)};"
             self.line(dd, f"if ({cond}) {stmt}" if cond else stmt)
 
+        def fold(var: str, live: str, dd: int) -> None:
+            """var = combine(var, this thread's chunk `it`), element by element when `var` is an
+            array (`red[e]`); only where `live` holds (a C condition, "" for always)."""
+            elem = convert(f"{sname}[it * {v} + e]", src.type.dtype, ct)
+            if live:
+                self.line(dd, f"if ({live}) {{")
+                dd += 1
+            self.line(dd, "#pragma unroll")
+            self.line(dd, f"for (int e = 0; e < {v}; ++e) {combine_into(var, elem)}")
+            if live:
+                self.line(dd - 1, "}")
+
         def out_index(flat: str, dims) -> list[str]:
             """Tile index of element `flat` (row-major) of a tile of shape `dims`."""
             idx, rest = [], flat
@@ -733,27 +745,18 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             self.line(b, f"for (int it = 0; it < {per}; ++it) {{")
             self.line(b + 1, "const int ch = it * THREADS + tid;")
             self.line(b + 1, f"{ctype} red = {identity(fn, ct)};")
-            elem = convert(f"{sname}[it * {v} + e]", src.type.dtype, ct)
-            fold = f"for (int e = 0; e < {v}; ++e) {combine_into('red', elem)}"
-            if guard:
-                self.line(b + 1, f"if (ch < {n_ch}) {{")
-                self.line(b + 2, "#pragma unroll")
-                self.line(b + 2, fold)
-                self.line(b + 1, "}")
-            else:
-                self.line(b + 1, "#pragma unroll")
-                self.line(b + 1, fold)
+            fold("red", f"ch < {n_ch}" if guard else "", b + 1)
             width = min(g, 32)
             if width > 1:
                 self.line(b + 1, "#pragma unroll")
                 self.line(b + 1, f"for (int sh = {width // 2}; sh > 0; sh /= 2) "
                           + combine_into("red", "__shfl_xor_sync(0xffffffffu, red, sh)"))
-            live = f"ch < {n_ch} && " if guard else ""
+            live = [f"ch < {n_ch}"] if guard else []
             if rr.slots == 1:
                 store(out_index(f"ch / {g}", dshape[:-1]) + ["0"], "red", b + 1,
-                      f"{live}ch % {g} == 0" if g > 1 else live[:-4])
+                      " && ".join(live + ([f"ch % {g} == 0"] if g > 1 else [])))
             else:
-                self.line(b + 1, f"if ({live}tid % 32 == 0) {scratch}[ch / 32] = red;")
+                self.line(b + 1, f"if ({' && '.join(live + ['tid % 32 == 0'])}) {scratch}[ch / 32] = red;")
             self.line(b, "}")
             if rr.slots > 1:
                 n_out = n_ch // g
@@ -774,16 +777,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             self.line(b, f"for (int e = 0; e < {v}; ++e) red[e] = {identity(fn, ct)};")
             self.line(b, "#pragma unroll")
             self.line(b, f"for (int it = 0; it < {per}; ++it) {{")
-            elem = convert(f"{sname}[it * {v} + e]", src.type.dtype, ct)
-            fold = f"for (int e = 0; e < {v}; ++e) {combine_into('red[e]', elem)}"
-            if guard:
-                self.line(b + 1, f"if (it * THREADS + tid < {n_ch}) {{")
-                self.line(b + 2, "#pragma unroll")
-                self.line(b + 2, fold)
-                self.line(b + 1, "}")
-            else:
-                self.line(b + 1, "#pragma unroll")
-                self.line(b + 1, fold)
+            fold("red[e]", f"it * THREADS + tid < {n_ch}" if guard else "", b + 1)
             self.line(b, "}")
             if g < 32:
                 self.line(b, "#pragma unroll")

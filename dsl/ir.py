@@ -84,6 +84,21 @@ class Module:
         return self.func.walk()
 
 
+def value_names(module: Module) -> set[str]:
+    """Every value name in `module` (op results and the function's arguments)."""
+    return {v.name for op in module.walk() for v in op.results} | {a.name for a in module.func.body.args}
+
+
+def unique_name(hint: str, names: set[str]) -> str:
+    """`hint`, or `hint_1`, `hint_2`, ... : the first not in `names`, which it is added to."""
+    name, i = hint, 0
+    while name in names:
+        i += 1
+        name = f"{hint}_{i}"
+    names.add(name)
+    return name
+
+
 def format_attr(v: Any) -> str:
     """Textual form of an attribute value: int, float, string, bool, list, or dict."""
     if isinstance(v, bool):

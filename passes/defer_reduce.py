@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from dsl import exprs
 from dsl.diagnostics import error
-from dsl.ir import Module, Op, Region, Value
+from dsl.ir import Module, Op, Region, Value, unique_name, value_names
 from dsl.ops import AllocOp, ElementwiseOp, FillOp, ReduceOp
 from passes.options import options_from
 
@@ -55,8 +55,7 @@ class DeferReducePass:
         if not module.func.attrs.get("tiled"):
             raise error(module.func.loc, "`defer-reduce` needs concrete tile shapes and thread counts",
                         "run `tile` before it (`tile,defer-reduce`, as the default pipeline does)")
-        names = {v.name for op in module.walk() for v in op.results}
-        names |= {a.name for a in module.func.body.args}
+        names = value_names(module)
         for launch in module.func.body.ops:
             if launch.name != "tile.launch":
                 continue
@@ -87,7 +86,7 @@ class DeferReducePass:
             if not self._qualifies(op, loop, local, env, threads):
                 continue
             src, acc = op.operands
-            part = Value(_unique(f"part_{src.name}", names), src.type.with_space("frag").with_dtype(acc.type.dtype))
+            part = Value(unique_name(f"part_{src.name}", names), src.type.with_space("frag").with_dtype(acc.type.dtype))
             before.append(AllocOp(results=[part], loc=op.loc))
             before.append(FillOp(operands=[part], attrs={"value": 0.0}, loc=op.loc))
             loop.body.ops[i] = ElementwiseOp(operands=[part, src, part], attrs={"fn": "add"}, loc=op.loc)
@@ -112,11 +111,3 @@ class DeferReducePass:
         users = [o for o in loop.walk() if o is not loop and any(v is acc for v in o.operands)]
         return users == [op]
 
-
-def _unique(hint: str, names: set[str]) -> str:
-    name, i = hint, 0
-    while name in names:
-        i += 1
-        name = f"{hint}_{i}"
-    names.add(name)
-    return name

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from dsl import exprs
 from dsl.diagnostics import error
-from dsl.ir import Module, Op, Region, Value
+from dsl.ir import Module, Op, Region, Value, unique_name, value_names
 from dsl.ops import AllocOp, CopyOp
 from passes.options import options_from
 
@@ -39,8 +39,7 @@ class SoftwarePipelinePass:
 
     def run(self, module: Module) -> Module:
         env = module.env
-        names = {v.name for op in module.walk() for v in op.results}
-        names |= {a.name for a in module.func.body.args}
+        names = value_names(module)
         for op in module.walk():
             for region in op.regions:
                 self._region(region, env, names)
@@ -89,18 +88,11 @@ class SoftwarePipelinePass:
             if dst.type.space == "shared":
                 body.append(op)
                 continue
-            staged = Value(_unique(f"{dst.name}_smem", names), dst.type.with_space("shared").with_dtype(src.type.dtype))
+            staged = Value(unique_name(f"{dst.name}_smem", names),
+                           dst.type.with_space("shared").with_dtype(src.type.dtype))
             hoisted.append(AllocOp(results=[staged], attrs={"stages": stages}, loc=op.loc))
             body.append(CopyOp(operands=[src, staged], attrs={**op.attrs, "async": True}, loc=op.loc))
             body.append(CopyOp(operands=[staged, dst], loc=op.loc))
         loop.body.ops[:] = body
         return hoisted
 
-
-def _unique(hint: str, names: set[str]) -> str:
-    name, i = hint, 0
-    while name in names:
-        i += 1
-        name = f"{hint}_{i}"
-    names.add(name)
-    return name
