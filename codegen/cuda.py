@@ -33,7 +33,7 @@ from codegen.cuda_access import AccessMixin, Chunk
 from codegen.cuda_gemm import GemmMixin
 from codegen.cuda_loops import LoopMixin
 from codegen.cuda_signal import Signal, plan_signal
-from codegen.cuda_plan import (Access, OTHER, SyncState, chunk_map, chunk_width, make_plan, numel,
+from codegen.cuda_plan import (Access, OTHER, SyncState, chunk_map, make_plan, numel,
                                shape_of)
 from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, PRELUDE, SIGNAL_PRELUDE, SIZES, apply, combine, compute_dtype, convert, identity, literal
 
@@ -109,6 +109,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         self.override: dict[str, str] = {}  # index names -> C expressions (prefetch iterations)
         self.opnames: dict[int, tuple[str, ...]] = {}
         self.threads = 128
+        self.store_group: dict[int, tuple] = {}  # id(copy) -> (its store group by phase, the member that stores it)
         self.in_flight: dict[int, Value] = {}  # shared tiles a top-level cp.async copy has not been waited for
         self.signal: Signal | None = None  # pushed stores signalled through an mbarrier (cuda_signal.py)
         self.recv = ""  # with a signal: the C name of that mbarrier
@@ -306,7 +307,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             what = f"{v.type.dtype}[{', '.join(map(str, shape_of(v)))}]"
             if where == "regs":
                 shape = shape_of(v)
-                width = chunk_width(shape)
+                width = self.plan.width(shape)
                 per = -(-(numel(shape) // width) // self.threads)
                 self.line(1, f"{C_TYPES[v.type.dtype]} {self.name(v)}[{per * width}];  // {what} in registers: "
                           f"{per} chunk{'s' * (per > 1)} of {width} per thread")
@@ -335,6 +336,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
 
     # ---- regions and barriers ---------------------------------------------------------------
     def region(self, ops: list[Op], d: int, st: SyncState) -> SyncState:
+        self.store_groups(ops)
         for op in ops:
             if op.name == "tile.alloc":
                 continue
@@ -522,11 +524,12 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         if self.plan.where(v) == "wtile":
             self.wtile_fill(v, op.attrs["value"], d)
             return
+        if self.plan.where(v) == "const":
+            self.line(d, f"// nothing to do: the ops that read {self.name(v)} use {self.fill_value(op)}")
+            return
         ct = compute_dtype(v.type.dtype)
-        value = convert(literal(op.attrs["value"], ct), ct, v.type.dtype)
-        if "index" in op.attrs:  # a runtime integer as a number
-            value = convert(f"static_cast<{C_TYPES[ct]}>({self.cexpr(op.attrs['index'])})", ct, v.type.dtype)
         if "axis" not in op.attrs:
+            value = self.fill_value(op)
             self.chunk_loop(shape_of(v), d, lambda ch, dd: self.write(v, ch, dd, lambda e: value, "ov"))
             return
         axis, shape = op.attrs["axis"], shape_of(v)
@@ -540,6 +543,14 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             self.write(v, ch, dd, at, "ov")
 
         self.chunk_loop(shape, d, iota)
+
+    def fill_value(self, op: Op) -> str:
+        """The C expression (in the tile's dtype) of the value a fill without `axis` writes."""
+        v = op.operands[0]
+        ct = compute_dtype(v.type.dtype)
+        if "index" in op.attrs:  # a runtime integer as a number
+            return convert(f"static_cast<{C_TYPES[ct]}>({self.cexpr(op.attrs['index'])})", ct, v.type.dtype)
+        return convert(literal(op.attrs["value"], ct), ct, v.type.dtype)
 
     def op_reshape(self, op: Op, d: int) -> None:
         """dst = src's elements in row-major order; src is a shared tile (any element, any thread)."""
@@ -582,7 +593,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         pre: dict[int, object] = {}
         if hoisted:  # read once, before the chunk loop, with the thread's first chunk's index
             self.line(d, "{")
-            width = chunk_width(shape)
+            width = self.plan.width(shape)
             decls, idx = self._chunk_indices(shape, width)
             saved, self.lines = self.lines, []
             for k in hoisted:
@@ -614,7 +625,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         does not broadcast along when that step is a multiple of the dim's extent times its
         stride (a GEMV's activation row over several rows of W). Only when every thread has
         the same number of chunks, more than one."""
-        width = chunk_width(shape)
+        width = self.plan.width(shape)
         n = numel(shape) // width
         if n % self.threads or n // self.threads < 2:
             return []
@@ -695,7 +706,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         ct = compute_dtype(dst.type.dtype)
         ctype = C_TYPES[ct]
         shape, dshape = shape_of(src), shape_of(dst)
-        v = chunk_width(shape)
+        v = self.plan.width(shape)
         n_ch = numel(shape) // v
         per = -(-n_ch // self.threads)
         guard = n_ch % self.threads != 0

@@ -1,7 +1,7 @@
 """CUDA backend: chunk loops and element access to global, shared and register tiles; tile.copy.
 
 A *chunk loop* walks a tile in chunks of V consecutive elements of its last dim (V from
-codegen/cuda_plan.chunk_width); chunk c goes to thread c % threads, so every chunk loop over the
+codegen/cuda_plan.chunk_width, Plan.width); chunk c goes to thread c % threads, so every chunk loop over the
 same shape gives each thread the same elements (this is what lets register tiles live in
 registers). Global accesses move whole chunks in 16-byte (or narrower) words when the tensor's
 row length and the tile's column offset are multiples of V; guards on `checked` dims read zeros
@@ -11,11 +11,12 @@ element. Global -> shared copies in pipelined loops use cp.async with zero-fill.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 from dsl import exprs
-from codegen.cuda_plan import chunk_width, known_multiple, numel, shape_of
+from codegen.cuda_plan import known_multiple, numel, operand_roles, shape_of
 from codegen.cuda_prelude import C_TYPES, SIZES, convert
 
 
@@ -42,10 +43,41 @@ class GlobalChunk:
     elem_cond: object  # None, or e -> per-element guard
     word: int  # bytes per access
     step: int = 1  # elements between consecutive chunk elements in the tensor (a strided slice)
+    span: int = 0  # strided loads: elements of the contiguous window at `ptr` that holds the chunk
+    phase: int = 0  # strided loads: chunk element e is window element e * step + phase
 
     def at(self, e: str) -> str:
         """The tensor element of chunk element `e` (with elem_cond: one access per element)."""
         return f"({self.ptr})[{e if self.step == 1 else f'({e}) * {self.step}'}]"
+
+
+def offset_residue(e: exprs.Expr) -> tuple[int, int]:
+    """(g, c) such that `e` is always c plus a multiple of g (g 0: `e` is the constant c)."""
+    if isinstance(e, exprs.Num):
+        return 0, e.value
+    if isinstance(e, exprs.Bin) and e.op in ("+", "-"):
+        (ga, ca), (gb, cb) = offset_residue(e.a), offset_residue(e.b)
+        return math.gcd(ga, gb), ca + cb if e.op == "+" else ca - cb
+    return known_multiple(e), 0
+
+
+def split_constant(e: exprs.Expr, sign: int = 1) -> tuple[tuple, int]:
+    """(the non-constant terms of the sum `e`, each with its sign, sorted; the constant term)."""
+    if isinstance(e, exprs.Num):
+        return (), sign * e.value
+    if isinstance(e, exprs.Bin) and e.op in ("+", "-"):
+        ta, ca = split_constant(e.a, sign)
+        tb, cb = split_constant(e.b, sign if e.op == "+" else -sign)
+        return tuple(sorted(ta + tb, key=repr)), ca + cb
+    return ((sign, e),), 0
+
+
+MAX_SPAN_STEP = 4  # strided loads of a larger step go element by element (a window would waste bandwidth)
+
+
+def _written(op):
+    """(role, value) for the tiles `op` writes."""
+    return [(role, v) for role, v in operand_roles(op) if role in ("fill", "dst", "out", "rdst", "acc")]
 
 
 def _add(a: str, b: str) -> str:
@@ -62,7 +94,7 @@ class AccessMixin:
     # ---- chunk loops ------------------------------------------------------------------------
     def chunk_loop(self, shape, d: int, body) -> None:
         """Emit a loop over the chunks of a tile of `shape`; `body(chunk, depth)` emits one chunk."""
-        v = chunk_width(shape)
+        v = self.plan.width(shape)
         n = numel(shape) // v
         per = -(-n // self.threads)
         reg_base = "" if per == 1 else f"it * {v} + "
@@ -157,6 +189,9 @@ class AccessMixin:
         shape = shape_of(v)
         if where == "regs":
             return lambda e: ch.reg(self.name(v), e)
+        if where == "const":
+            value = self.fill_value(self.plan.const[id(v)])
+            return lambda e: value
         trailing = ch.idx[len(ch.idx) - len(shape):]  # a lower-rank tile broadcasts along leading dims
         idx = [("0" if n == 1 else i) for i, n in zip(trailing, shape)]
         if where == "gview":
@@ -206,9 +241,11 @@ class AccessMixin:
         self.line(d, f"for (int e = 0; e < {width}; ++e) {stmt}")
 
     # ---- global tensors ---------------------------------------------------------------------
-    def global_chunk(self, op, tensor, side: str, idx: list[str], width: int) -> GlobalChunk:
+    def global_chunk(self, op, tensor, side: str, idx: list[str], width: int, interleave: bool = False) -> GlobalChunk:
         """The chunk at tile index `idx` of the tile `op` copies to/from `tensor` (`side` is
-        "src" or "dst": which offsets apply)."""
+        "src" or "dst": which offsets apply). Strided loads (and, with `interleave`, a group of
+        stores that together cover the window: `store_groups`) move the contiguous window
+        around the chunk (`strided_window`)."""
         texts = op.attrs[f"{side}_offsets"]
         dims = shape_of(tensor)
         checked = op.attrs.get("checked", [True] * len(dims))
@@ -244,7 +281,36 @@ class AccessMixin:
         lin = " + ".join(reversed(terms)) or "0"
         word = min(16, width * size) if vec else size
         name = self.name(tensor)
+        window = self.strided_window(texts[-1], last, dims[-1], width, size) if side == "src" or interleave else None
+        if window is not None:  # load the contiguous window that holds the chunk, keep every step-th
+            span, phase, word = window
+            if checked[-1]:  # the window is all in the row or all out (strided_window)
+                conds = conds + ([f"{g[-1]} >= 0"] if self.may_be_negative(texts[-1]) else []) + [f"{g[-1]} < {dims[-1]}"]
+            return GlobalChunk(f"&{name}[{lin}]" + (f" - {phase}" if phase else ""), name, " && ".join(conds), None,
+                               word, last, span, phase)
         return GlobalChunk(f"&{name}[{lin}]", name, " && ".join(conds), elem_cond, word, last)
+
+    def strided_window(self, text: str, step: int, extent: int, width: int, size: int):
+        """(span, phase, word) for loading a chunk of `width` elements `step` apart along the last
+        dim (extent `extent`, element `size` bytes) from offset `text` as the contiguous window of
+        width * step elements around it, or None. The window must be aligned to its own length
+        (so it lies inside the row whenever its first element does: all in or all out, like a
+        vector chunk) and the offset's residue modulo `step` known (the phase of the chunk's
+        first element in the window): the even and odd elements of RoPE's pairs."""
+        if not 1 < step <= MAX_SPAN_STEP:
+            return None
+        span = width * step
+        try:
+            g, c = offset_residue(exprs.parse(text))
+        except exprs.ExprError:
+            return None
+        phase = c % step
+        if g % span or (c - phase) % span or extent % span:
+            return None
+        word = size
+        while word * 2 <= min(16, span * size) and (span * size) % (word * 2) == 0:
+            word *= 2
+        return span, phase, word
 
     def may_be_negative(self, text: str) -> bool:
         try:
@@ -275,6 +341,14 @@ class AccessMixin:
             self.in_flight[id(dst)] = dst
         elif ws == "global":
             self.chunk_loop(shape_of(dst), d, lambda ch, dd: self.load_chunk(op, ch, dd, async_=False))
+        elif wd == "global" and id(op) in self.store_group:
+            group, last = self.store_group[id(op)]
+            if op is last:
+                self.line(d, "// with " + ", ".join(f"{self.name(m.operands[0])}" for m in group if m is not op)
+                          + ": whole windows, interleaved")
+                self.store_interleaved(group, d)
+            else:
+                self.line(d, f"// stored with {self.name(last.operands[0])} below, interleaved")
         elif wd == "global":
             self.chunk_loop(shape_of(src), d, lambda ch, dd: self.store_chunk(op, ch, dd))
         else:
@@ -291,7 +365,7 @@ class AccessMixin:
         if src.type.dtype != dst.type.dtype or self.plan.where(dst) != "shared" or op.attrs.get("src_steps"):
             return False
         shape = shape_of(dst)
-        width = chunk_width(shape)
+        width = self.plan.width(shape)
         texts = op.attrs["src_offsets"]
         size = SIZES[src.type.dtype]
         vec = shape_of(src)[-1] % width == 0 and known_multiple(exprs.parse(texts[-1])) % width == 0
@@ -332,7 +406,16 @@ class AccessMixin:
         """Declare `tmp[width]` and load the chunk `gc` of global `tensor` into it: one vector
         access, or guarded element by element; elements outside the tensor read 0."""
         zero = " = {}" if (gc.cond or gc.elem_cond) else ""
-        self.line(d, f"alignas(16) {C_TYPES[tensor.type.dtype]} {tmp}[{width}]{zero};")
+        ctype = C_TYPES[tensor.type.dtype]
+        if gc.span:  # a strided chunk: the window that holds it, then every step-th element
+            self.line(d, f"alignas(16) {ctype} {tmp}_w[{gc.span}]{zero};")
+            load = f"tk_load<{gc.word}>({tmp}_w, {gc.ptr});"
+            self.line(d, f"if ({gc.cond}) {load}" if gc.cond else load)
+            self.line(d, f"{ctype} {tmp}[{width}];")
+            phase = f" + {gc.phase}" if gc.phase else ""
+            self.elem_loop(d, f"{tmp}[e] = {tmp}_w[e * {gc.step}{phase}];", width)
+            return
+        self.line(d, f"alignas(16) {ctype} {tmp}[{width}]{zero};")
         if gc.elem_cond:
             pre = f"if ({gc.cond}) " if gc.cond else ""
             self.line(d, f"{pre}{{")
@@ -341,6 +424,78 @@ class AccessMixin:
         else:
             load = f"tk_load<{gc.word}>({tmp}, {gc.ptr});"
             self.line(d, f"if ({gc.cond}) {load}" if gc.cond else load)
+
+    def store_groups(self, ops: list) -> None:
+        """Find, in op list `ops`, groups of `step` copies of register tiles of one shape into
+        the same tensor with the same strided last dim (`x[o : n : step]`), whose last-dim offsets
+        differ by the constants 0 .. step - 1 and whose other offsets agree (the even and odd
+        halves of RoPE's pairs): the last copy of a group stores every member interleaved, as
+        whole windows (`strided_window`), instead of element by element; the others emit
+        nothing. Only when no op between the first and the last member touches the tensor or
+        writes a member's source."""
+        def key(op):
+            if op.name != "tile.copy" or op.operands[1].type.space != "global":
+                return None
+            src, dst = op.operands
+            steps = op.attrs.get("dst_steps")
+            if not steps or not 1 < steps[-1] <= MAX_SPAN_STEP or self.plan.where(src) != "regs":
+                return None
+            try:
+                terms, c = split_constant(exprs.parse(op.attrs["dst_offsets"][-1]))
+            except exprs.ExprError:
+                return None
+            return (id(dst), shape_of(src), tuple(op.attrs["dst_offsets"][:-1]), tuple(steps),
+                    tuple(op.attrs.get("checked", ())), terms, c - c % steps[-1]), c % steps[-1]
+
+        found: dict = {}
+        for i, op in enumerate(ops):
+            k = key(op)
+            if k is None:
+                continue
+            members = found.setdefault(k[0], {})
+            if k[1] in members:  # a second store of the same phase: no group
+                found[k[0]] = {"bad": True}
+                continue
+            members[k[1]] = i
+        for k, members in found.items():
+            step = k[3][-1]
+            if members.get("bad") or set(members) != set(range(step)):
+                continue
+            first, last = min(members.values()), max(members.values())
+            group = [ops[members[p]] for p in range(step)]  # by phase
+            tensor = group[0].operands[1]
+            between = [o for j in range(first, last + 1) if j not in members.values() for o in ops[j].walk()]
+            if any(any(v is tensor for v in o.operands) for o in between):
+                continue
+            if any(v is ops[j].operands[0] for j in members.values() for i in range(j + 1, last)
+                   for o in ops[i].walk() for _, v in _written(o)):  # a source changes before the store
+                continue
+            head = group[0]
+            if self.strided_window(head.attrs["dst_offsets"][-1], step, shape_of(tensor)[-1],
+                                   self.plan.width(k[1]), SIZES[tensor.type.dtype]) is None:
+                continue
+            for m in group:
+                self.store_group[id(m)] = (group, ops[last])
+
+    def store_interleaved(self, group: list, d: int) -> None:
+        """Store the members of a store group (`store_groups`, by phase) as whole windows."""
+        head = group[0]
+        dst = head.operands[1]
+        shape = shape_of(head.operands[0])
+
+        def body(ch, dd):
+            gc = self.global_chunk(head, dst, "dst", ch.idx, ch.width, interleave=True)
+            ttype = C_TYPES[dst.type.dtype]
+            self.line(dd, f"alignas(16) {ttype} ov[{gc.span}];")
+            for p, m in enumerate(group):
+                src = m.operands[0]
+                x = self.read(src, ch, dd, f"sv{p}")
+                self.elem_loop(dd, f"ov[e * {gc.step} + {p}] = {convert(x('e'), src.type.dtype, dst.type.dtype)};",
+                               ch.width)
+            store = f"tk_store<{gc.word}>({gc.ptr}, ov);"
+            self.line(dd, f"if ({gc.cond}) {store}" if gc.cond else store)
+
+        self.chunk_loop(shape, d, body)
 
     def store_chunk(self, op, ch: Chunk, d: int) -> None:
         src, dst = op.operands

@@ -18,6 +18,9 @@ Placement of register tiles (`frag`/`local`), decided from every op that touches
 * `gview`: a *global view*, a window of an input tensor copied by one `tile.copy` and only read
   by elementwise ops after it in the same op list, at least one broadcasting it: nothing is
   staged, the readers load the tensor's elements where they need them (`_gview_ok`).
+* `const`: a tile that one fill gives a single value (a number, or a runtime scalar) and that
+  only elementwise ops after the fill, in the same op list, read: nothing is stored, the readers
+  use the value (`pos * t` with a runtime `pos`; `_const_ok`).
 * `shared`: everything else (broadcast inputs, gemm operands, reduction sources whose layout
   `register_reduce` cannot handle) is kept in shared memory, which any thread can read.
 
@@ -61,10 +64,18 @@ def numel(shape) -> int:
     return math.prod(shape)
 
 
-def chunk_width(shape) -> int:
-    """V: elements per chunk for tiles of `shape` (largest of 8, 4, 2, 1 dividing the last dim)."""
+def chunk_width(shape, wide: bool = False) -> int:
+    """V: elements per chunk for tiles of `shape`: the largest of 8, 4, 2, 1 dividing the last dim,
+    or 16 for a `wide` shape (one whose tiles include int8 ones: 16 int8 elements are one 16-byte
+    access, where 8 would take an 8-byte one) when 16 divides it."""
     last = shape[-1]
-    return next(v for v in (8, 4, 2, 1) if last % v == 0)
+    return next(v for v in ((16,) if wide else ()) + (8, 4, 2, 1) if last % v == 0)
+
+
+def wide_shapes(launch: Op) -> frozenset:
+    """The tile shapes of `launch` that get 16-element chunks (chunk_width): those of its i8 tiles."""
+    return frozenset(shape_of(op.result) for op in launch.walk()
+                     if op.name == "tile.alloc" and op.result.type.dtype == "i8" and op.result.type.space != "shared")
 
 
 def chunk_map(shape) -> tuple:
@@ -136,12 +147,18 @@ class Plan:
     total_smem: int = 0
     moved_to_shared: list[Op] = field(default_factory=list)  # register tiles the plan keeps in smem
     gview: dict[int, Op] = field(default_factory=dict)  # id(gview tile) -> the global copy that defines it
+    const: dict[int, Op] = field(default_factory=dict)  # id(const tile) -> the fill that defines it
     reductions: dict[int, RegReduce] = field(default_factory=dict)  # id(tile.reduce) -> its register form
     scratch_offset: int = 0  # bytes: shared scratch of the register reductions (after the buffers)
+    wide: frozenset = frozenset()  # shapes whose chunks are 16 wide (wide_shapes)
 
     @property
     def warps(self) -> int:
         return self.threads // 32
+
+    def width(self, shape) -> int:
+        """V of the chunk loops over tiles of `shape` in this kernel (chunk_width)."""
+        return chunk_width(shape, tuple(shape) in self.wide)
 
     def where(self, v: Value) -> str:
         if v.type.space == "global":
@@ -166,14 +183,14 @@ def plan_gemm(op: Op, threads: int) -> GemmPlan:
 
 
 def make_plan(module: Module, launch: Op, threads: int) -> Plan:
-    plan = Plan(threads)
+    plan = Plan(threads, wide=wide_shapes(launch))
     allocs = [op for op in launch.walk() if op.name == "tile.alloc"]
     parents = _parents(launch)
     uses: dict[int, list[tuple[Op, str]]] = {id(a.result): [] for a in allocs}
     for op in launch.walk():
         if op.name == "tile.gemm":
             plan.gemms[id(op)] = plan_gemm(op, threads)
-        for role, v in _roles(op):
+        for role, v in operand_roles(op):
             if id(v) in uses:
                 uses[id(v)].append((op, role))
     for a in allocs:
@@ -186,6 +203,9 @@ def make_plan(module: Module, launch: Op, threads: int) -> Plan:
             _check_wtile(plan, v, roles, wtile[0])
             plan.placement[id(v)] = "wtile"
             plan.acc_split[id(v)] = plan.gemms[id(wtile[0])]
+        elif _const_ok(v, roles, parents):
+            plan.placement[id(v)] = "const"
+            plan.const[id(v)] = next(op for op, role in roles if role == "fill")
         elif _gview_ok(module, v, roles, parents):
             plan.placement[id(v)] = "gview"
             plan.gview[id(v)] = next(op for op, role in roles if role == "dst")
@@ -201,7 +221,7 @@ def make_plan(module: Module, launch: Op, threads: int) -> Plan:
     scratch = 0
     for op in launch.walk():
         if op.name == "tile.reduce" and plan.where(op.operands[0]) == "regs":
-            rr = register_reduce(shape_of(op.operands[0]), op.attrs["axis"], threads)
+            rr = register_reduce(shape_of(op.operands[0]), op.attrs["axis"], threads, plan.width(shape_of(op.operands[0])))
             plan.reductions[id(op)] = rr
             scratch = max(scratch, rr.scratch * SIZES[compute_dtype(op.operands[1].type.dtype)])
     _layout(plan, launch, allocs, uses)
@@ -248,7 +268,22 @@ def _gview_ok(module: Module, v: Value, roles, parents) -> bool:
     return all(parents[id(r)][0] is ops and parents[id(r)][1] > at for r in readers)
 
 
-def _roles(op: Op):
+def _const_ok(v: Value, roles, parents) -> bool:
+    """Whether register tile `v` holds one value: defined by a single fill without `axis` (not an
+    iota) and only read, by elementwise ops after the fill in the same op list (so the fill's
+    value, a number or a runtime integer, is in scope wherever it is read)."""
+    fills = [op for op, role in roles if role == "fill"]
+    if len(fills) != 1 or "axis" in fills[0].attrs:
+        return False
+    readers = [op for op, role in roles if op is not fills[0]]
+    if not readers or any(role not in ("in", "bcast") or op.name != "tile.elementwise"
+                          for op, role in roles if op is not fills[0]):
+        return False
+    ops, at = parents[id(fills[0])]
+    return all(parents[id(r)][0] is ops and parents[id(r)][1] > at for r in readers)
+
+
+def operand_roles(op: Op):
     """(role, value) for every tile operand of `op`."""
     if op.name == "tile.fill":
         yield "fill", op.operands[0]
@@ -328,7 +363,7 @@ def _register_ok(v: Value, op: Op, role: str, plan: Plan) -> bool:
     if role in ("fill", "src", "dst", "in", "out"):
         return True
     if role == "rsrc":
-        return register_reduce(shape_of(v), op.attrs["axis"], plan.threads) is not None
+        return register_reduce(shape_of(v), op.attrs["axis"], plan.threads, plan.width(shape_of(v))) is not None
     return role == "acc" and plan.gemms[id(op)].kind == "simt"
 
 
@@ -351,11 +386,11 @@ class RegReduce:
     scratch: int  # scratch elements
 
 
-def register_reduce(shape, axis: int, threads: int) -> RegReduce | None:
-    """The register form of a reduction of a `shape` register tile along `axis`, or None when
-    the source must be staged in shared memory."""
+def register_reduce(shape, axis: int, threads: int, v: int | None = None) -> RegReduce | None:
+    """The register form of a reduction of a `shape` register tile along `axis` (chunks of `v`,
+    default chunk_width(shape)), or None when the source must be staged in shared memory."""
     shape = tuple(shape)
-    v = chunk_width(shape)
+    v = v or chunk_width(shape)
     n = numel(shape)
     if threads % 32 or -(-n // threads) > MAX_REDUCE_REGS:
         return None

@@ -37,7 +37,7 @@ from dsl import exprs
 from dsl.ir import Op
 from dsl.ops import shared_accesses
 
-from codegen.cuda_plan import chunk_width, numel, shape_of
+from codegen.cuda_plan import chunk_width, numel, shape_of, wide_shapes
 from codegen.cuda_prelude import SIZES
 
 
@@ -84,7 +84,7 @@ def plan_signal(launch: Op, cluster: list[int], env: dict[str, int], word) -> Si
             return None
         src, dst = op.operands
         shape = shape_of(src)
-        if word(dst, chunk_width(shape)) < 4:
+        if word(dst, chunk_width(shape, shape in wide_shapes(launch))) < 4:
             return None
         nbytes += numel(shape) * SIZES[dst.type.dtype]
     if nbytes >= 1 << 20:  # an mbarrier's transaction count is below 2^20

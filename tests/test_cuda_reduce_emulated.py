@@ -63,25 +63,9 @@ def _program(fn, axis, r, c, threads, dt="f32"):
 
 
 def _check(source: str, tmp_path, dists=oracle.DISTRIBUTIONS, defines=None) -> None:
-    """Compile `source` once for the emulation; compare every output with torch in float64 on
-    inputs of each distribution in `dists` (seeded by its position)."""
     path = tmp_path / "k.tk"
     path.write_text(source)
-    module = driver.frontend(str(path), defines or {})
-    kernel = emulate.Emulated(driver.optimize(driver.frontend(str(path), defines or {}), "cuda"))
-    budgets = oracle.error_budgets(module)
-    outs = oracle.outputs(module)
-    for seed, dist in enumerate(dists):
-        inputs = oracle.random_inputs(module, seed, "cpu", dist)
-        refs = oracle.reference(module, inputs)
-        arrays = [t.numpy() for t in inputs] + [np.zeros(r.shape, np.float64 if dt == "f64" else np.float32)
-                                                for (_, dt), r in zip(outs, refs)]
-        got = kernel(arrays, list(range(len(inputs), len(arrays))))
-        for (name, dtype), out, ref in zip(outs, got, refs):
-            assert np.isfinite(out).all(), f"{dist}: `{name}` has elements left unwritten (NaN)"
-            err = oracle.rel_error(torch.from_numpy(out.astype(np.float64)), ref)
-            tol = budgets[name].tol(dtype)
-            assert err <= tol, f"{dist}: `{name}` relative error {err:.3e} > tolerance {tol:.3e}"
+    emulate.check_against_torch(str(path), defines, dists)
 
 
 def _layout(source: str, tmp_path):
@@ -144,7 +128,21 @@ def test_deferred_gemv_with_global_views_matches_torch(tmp_path, bd, bk, threads
 
 
 @pytest.mark.parametrize("name, defines", [("matmul", {"D": 37, "K": 1000}), ("rmsnorm", {"B": 3, "N": 4096}),
-                                           ("rmsnorm", {"B": 2, "N": 1000})])
+                                           ("rmsnorm", {"B": 2, "N": 1000}),
+                                           ("matmul_q8", {"D": 9, "G": 12, "GS": 32}),
+                                           ("matmul_q8", {"D": 6, "G": 5, "GS": 48, "NG": 2, "threads": 64})])
 def test_examples_on_the_emulation(tmp_path, name, defines):
     with open(os.path.join(ROOT, "examples", f"{name}.tk"), encoding="utf-8") as f:
         _check(f.read(), tmp_path, ["offset", "wide"], defines)
+
+
+def test_int8_tiles_get_16_wide_chunks(tmp_path):
+    """matmul_q8's [BD, NG, GS] tiles hold int8 weights: chunks of 16, one 16-byte load each
+    (cuda_plan.wide_shapes), and the f32 products, partial sums and reduction use the same
+    chunks (the emulated runs above check the values)."""
+    from codegen import cuda
+
+    path = os.path.join(ROOT, "examples", "matmul_q8.tk")
+    src = cuda.emit(driver.optimize(driver.frontend(path, {"D": 64}), "cuda"))
+    assert "int8_t t0[16];  // i8[4, 8, 64] in registers: 1 chunk of 16 per thread" in src
+    assert "tk_load<16>(gv, &W[" in src

@@ -124,3 +124,32 @@ class Emulated:
                 out.append(data[pos:pos + a.nbytes].view(a.dtype).reshape(a.shape).copy())
             pos += a.nbytes
         return out
+
+
+def check_against_torch(path: str, defines=None, dists=None, scalars=None) -> None:
+    """Compile the kernel at `path` (with `defines`) once for the emulation and compare every
+    output with torch in float64 (the kernel's `reference`) on seeded inputs of each
+    distribution in `dists` (default: all of tkc.oracle's), within the oracle's derived
+    tolerance; runtime scalars as tkc.oracle.scalar_values gives them (or `scalars`). Raises
+    AssertionError on a mismatch or an element left unwritten."""
+    import torch
+
+    from tkc import driver, oracle
+
+    module = driver.frontend(path, defines or {})
+    kernel = Emulated(driver.optimize(driver.frontend(path, defines or {}), "cuda"))
+    budgets = oracle.error_budgets(module)
+    outs = oracle.outputs(module)
+    for seed, dist in enumerate(dists or oracle.DISTRIBUTIONS):
+        inputs = oracle.random_inputs(module, seed, "cpu", dist, scalars)
+        refs = oracle.reference(module, inputs)
+        tensors = [t.numpy() for t in inputs if not isinstance(t, int)]
+        ints = [t for t in inputs if isinstance(t, int)]
+        arrays = tensors + [np.zeros(r.shape, np.float64 if dt == "f64" else np.float32)
+                            for (_, dt), r in zip(outs, refs)]
+        got = kernel(arrays, list(range(len(tensors), len(arrays))), ints)
+        for (name, dtype), out, ref in zip(outs, got, refs):
+            assert np.isfinite(out).all(), f"{dist}: `{name}` has elements left unwritten (NaN)"
+            err = oracle.rel_error(torch.from_numpy(out.astype(np.float64)), ref)
+            tol = budgets[name].tol(dtype)
+            assert err <= tol, f"{dist}: `{name}` relative error {err:.3e} > tolerance {tol:.3e}"

@@ -1,0 +1,166 @@
+"""Strided slices and single-value tiles in the CUDA backend, run on the CPU emulation
+(tests/cuda_emu) against torch in float64 with the oracle's derived tolerance:
+
+* strided loads move the contiguous window around a chunk and keep every step-th element
+  (`AccessMixin.strided_window`), for steps 2 to 4, every phase, windows past the end of a row;
+* a group of strided stores that together cover the window (`x[o : n : s]`, `x[o + 1 : n : s]`,
+  ...) is stored interleaved, as whole windows, by its last member (`store_groups`); a group
+  that cannot be (a second store of one phase) goes element by element;
+* a tile that a fill gives one value (a runtime scalar, a loop index) is not stored: its readers
+  use the value (`const` placement, codegen/cuda_plan.py).
+
+Each case also checks which form the backend chose, so a silent fallback to the element path
+fails here. The GPU runs the same code in tests/gpu. Skipped without a g++ with C++20 <barrier>.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from codegen import cuda
+from tkc import driver
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "cuda_emu"))
+import emulate  # noqa: E402
+
+if emulate.gxx() is None:
+    pytest.skip("no g++ with C++20 <barrier>", allow_module_level=True)
+
+DISTS = ["normal", "wide", "offset"]
+
+
+def _cuda(path: str, defines=None) -> str:
+    return cuda.emit(driver.optimize(driver.frontend(path, defines or {}), "cuda"))
+
+
+def _rope_f32(tmp_path) -> str:
+    with open(os.path.join(ROOT, "examples", "rope.tk"), encoding="utf-8") as f:
+        text = f.read().replace("f16[", "f32[")
+    path = tmp_path / "rope32.tk"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("defines", [{"B": 3, "D": 256, "HD": 64}, {"B": 5, "D": 128, "HD": 32, "BR": 2},
+                                     {"B": 8, "D": 256, "HD": 128, "BR": 4, "threads": 64}],
+                         ids=["seed-one-row", "rows-not-multiple-of-BR", "four-rows"])
+@pytest.mark.parametrize("pos", [0, 3])
+def test_rope_windows_match_torch(tmp_path, defines, pos):
+    """rope.tk in f32 (the emulation has no f16). Small positions only: an f32 angle is off by
+    about pos * 2^-24 rad, which an f32 tolerance does not allow at pos 4095 (the f16 kernel's
+    tests on the GPU run pos 0 and the largest)."""
+    path = _rope_f32(tmp_path)
+    src = _cuda(path, defines)
+    assert src.count("tk_load<16>(gv_w") == 2  # both halves of the pairs as whole windows
+    assert "whole windows, interleaved" in src and "tk_store<16>(&Y[" in src
+    assert "__syncthreads" not in src  # `pos * ...` reads pos itself, not a tile behind a barrier
+    emulate.check_against_torch(path, defines, DISTS, {"pos": pos})
+
+
+STEP3 = """
+kernel tri<BC={bc}, threads=32>(X: f32[R, N]) -> (Y: f32[R, N])
+    where R = {r}, N = {n}
+    requires N % 3 == 0
+    reference "(X.reshape(R, N // 3, 3).flip(-1) * torch.tensor([2.0, -1.0, 0.5], dtype=X.dtype)).reshape(R, N)"
+{{
+    grid (R, cdiv(N / 3, BC)) as (r, c) threads(threads)
+    a = X[r : +1, c*BC*3 : +BC : 3]
+    b = X[r : +1, c*BC*3 + 1 : +BC : 3]
+    d = X[r : +1, c*BC*3 + 2 : +BC : 3]
+    Y[r : +1, c*BC*3 + 1 : +BC : 3] = b * -1.0
+    Y[r : +1, c*BC*3 : +BC : 3] = d * 2.0
+    Y[r : +1, c*BC*3 + 2 : +BC : 3] = a * 0.5
+}}
+"""
+
+
+@pytest.mark.parametrize("bc, r, n, windows", [(8, 3, 72, True), (16, 2, 72, True), (8, 2, 60, False)],
+                         ids=["whole", "last-window-outside", "row-not-multiple-of-window"])
+def test_step3_windows_match_torch(tmp_path, bc, r, n, windows):
+    """Three phases loaded as windows and stored interleaved out of order; with BC 16 the last
+    block's second chunk lies wholly past the row (guarded); with N 60 windows of 24 would cross
+    rows, so the backend goes element by element."""
+    path = tmp_path / "tri.tk"
+    path.write_text(STEP3.format(bc=bc, r=r, n=n))
+    src = _cuda(str(path))
+    assert (src.count("gv_w[") >= 3) is windows
+    assert ("whole windows, interleaved" in src) is windows
+    emulate.check_against_torch(str(path), None, DISTS)
+
+
+TWICE = """
+kernel twice<threads=32>(X: f32[R, N]) -> (Y: f32[R, N])
+    where R = 2, N = 64
+    reference "torch.stack([X[:, 0::2] * 3.0, X[:, 1::2] - 1.0], -1).reshape(R, N)"
+{
+    grid (R) as (r) threads(threads)
+    e = X[r : +1, 0 : +N / 2 : 2]
+    o = X[r : +1, 1 : +N / 2 : 2]
+    Y[r : +1, 0 : +N / 2 : 2] = e
+    Y[r : +1, 1 : +N / 2 : 2] = o - 1.0
+    Y[r : +1, 0 : +N / 2 : 2] = e * 3.0
+}
+"""
+
+
+def test_a_phase_stored_twice_is_not_interleaved(tmp_path):
+    """Two stores of the even phase: interleaving the first with the odd one would reorder it
+    after the second, so every store goes element by element, in program order."""
+    path = tmp_path / "twice.tk"
+    path.write_text(TWICE)
+    src = _cuda(str(path))
+    assert "interleaved" not in src
+    emulate.check_against_torch(str(path), None, DISTS)
+
+
+SCALARS = """
+kernel sc<threads=32>(X: f32[R, C], n: i32) -> (Y: f32[R, C])
+    where R = 3, C = 40
+    requires n < 7
+    reference "X * (0 + 1 + 2 + 3) + X * n * 4 - n"
+{
+    grid (R) as (r) threads(threads)
+    acc = zeros(f32[1, C])
+    for k in range(4) {
+        acc += X[r : +1, :] * k + X[r : +1, :] * n
+    }
+    Y[r : +1, :] = acc - n
+}
+"""
+
+
+@pytest.mark.parametrize("n", [0, 6])
+def test_single_value_tiles_read_their_value(tmp_path, n):
+    """`X * k` (a loop index) and `X * n`, `acc - n` (a runtime scalar): the fills are not stored."""
+    path = tmp_path / "sc.tk"
+    path.write_text(SCALARS)
+    src = _cuda(str(path))
+    assert src.count("nothing to do: the ops that read") == 3 and "__syncthreads" not in src
+    emulate.check_against_torch(str(path), None, DISTS, {"n": n})
+
+
+UPDATED = """
+kernel upd<threads=32>(X: f32[R, N]) -> (Y: f32[R, N])
+    where R = 2, N = 64
+    reference "torch.stack([X[:, 0::2], X[:, 0::2] + X[:, 1::2]], -1).reshape(R, N)"
+{
+    grid (R) as (r) threads(threads)
+    acc = X[r : +1, 0 : +N / 2 : 2] * 1.0
+    Y[r : +1, 0 : +N / 2 : 2] = acc
+    acc += X[r : +1, 1 : +N / 2 : 2]
+    Y[r : +1, 1 : +N / 2 : 2] = acc
+}
+"""
+
+
+def test_a_source_updated_between_the_stores_is_not_interleaved(tmp_path):
+    """The even store's source changes before the odd store: storing both at the odd store
+    would write the updated values into the even elements."""
+    path = tmp_path / "upd.tk"
+    path.write_text(UPDATED)
+    assert "interleaved" not in _cuda(str(path))
+    emulate.check_against_torch(str(path), None, DISTS)
