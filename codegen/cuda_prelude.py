@@ -35,6 +35,8 @@ def convert(x: str, src: str, dst: str) -> str:
         x, src = f"static_cast<float>({x})", "f32"
         if dst == "f32":
             return x
+    if src == "i8" and dst == "f32":
+        return f"tk_i8_to_f32({x})"
     if dst in ("f32", "f64"):
         if src == "f16":
             x = f"__half2float({x})"
@@ -233,6 +235,10 @@ __device__ __forceinline__ int32_t tk_to_i32(float x) { return __float2int_rz(x)
 __device__ __forceinline__ int32_t tk_to_i32(double x) { return __double2int_rz(x); }
 __device__ __forceinline__ int8_t tk_to_i8(float x) { return static_cast<int8_t>(max(-128, min(127, __float2int_rz(x)))); }
 __device__ __forceinline__ int8_t tk_to_i8(double x) { return static_cast<int8_t>(max(-128, min(127, __double2int_rz(x)))); }
+// int8 -> f32 exactly without I2F (16 conversions per clock per SM on sm_90, a quarter of the
+// rate of an add: the bound of an int8 GEMV): the integer added to the bits of 1.5 * 2^23, whose
+// ulp is 1, then 1.5 * 2^23 subtracted; exact for |x| < 2^22.
+__device__ __forceinline__ float tk_i8_to_f32(int8_t x) { return __int_as_float(0x4B400000 + x) - 12582912.0f; }
 """
 
 CLUSTER_PRELUDE = r"""

@@ -372,7 +372,16 @@ class _Emitter:
         return f"{self.name(v)}[{', '.join(parts)}]"
 
     def cast(self, text: str, src: str, dst: str) -> str:
-        return text if src == dst else f"T.Cast({TL_DTYPES[dst]}, {text})"
+        """`text` of dtype `src` converted to `dst`; floats to integers saturate like the
+        interpreter and the CUDA backend (a plain cast of 300.0 to int8 wraps in C)."""
+        if src == dst:
+            return text
+        if dst in ("i8", "i32") and src in ("f16", "bf16", "f32", "f64"):
+            wide = "T.float64" if src == "f64" else "T.float32"
+            lo, hi = (-128.0, 127.0) if dst == "i8" else (-2147483648.0, 2147483520.0 if src != "f64" else 2147483647.0)
+            x = text if src in ("f32", "f64") else f"T.Cast(T.float32, {text})"
+            return f"T.Cast({TL_DTYPES[dst]}, T.max(T.min({x}, {wide}({hi})), {wide}({lo})))"
+        return f"T.Cast({TL_DTYPES[dst]}, {text})"
 
     @staticmethod
     def async_copy_ok(loop: Op) -> bool:

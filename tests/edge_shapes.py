@@ -62,7 +62,8 @@ SPECS: dict[str, Spec] = {
                                  dists=("normal", "negative", "offset", "ints")),
     "examples/silu_mul.tk": Spec({"B": 3, "H": 72}, {"BN": 32, "threads": 32}, {"B": 1, "H": "BN"}),
     # runtime scalar `pos`: the inputs alternate between its largest allowed value and 0
-    "examples/rope.tk": Spec({"B": 3, "D": 64}, {"HD": 16}, {"B": 1, "D": "HD"}, multiple_of={"D": "HD"}),
+    "examples/rope.tk": Spec({"B": 3, "D": 64}, {"HD": 16}, {"B": 1, "D": "HD"}, multiple_of={"D": "HD"},
+                             variants=({"BR": 2}, {"BR": 4, "threads": 64})),  # rows per block, B % BR != 0
     "examples/attention.tk": Spec({"H": 3, "HD": 32, "S": 40}, {"BT": 16}, {"H": 1, "S": "BT"}),
     "examples/attention_split.tk": Spec({"H": 3, "HD": 32, "S": 40}, {"BT": 8, "SPLIT": 2}, {"H": 1, "S": "BT"},
                                         variants=({"SPLIT": 4, "BT": 4}, {"SPLIT": 1})),
@@ -81,6 +82,8 @@ SPECS: dict[str, Spec] = {
     "tests/programs/dim_exprs.tk": Spec({"M": 40, "H": 24}, {"BM": 16}, {"M": "BM"}),
     "tests/programs/rank_broadcast.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
     "tests/programs/softmax.tk": Spec({"M": 40, "N": 72}, {"BM": 16}, {"M": "BM", "N": 16}),  # N: whole rows
+    "tests/programs/int8_cast.tk": Spec({"M": 3, "N": 300}, {"BN": 256}, {"M": 1, "N": "BN"},
+                                        variants=({"BN": 32},)),
     "tests/programs/math_fns.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
     "tests/programs/floor_div.tk": Spec({"M": 40, "N": 67}, {"BM": 16}, {"M": "BM"}),
     "tests/programs/update_ops.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"},

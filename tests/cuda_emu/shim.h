@@ -52,6 +52,7 @@ inline int32_t tk_to_i32(float x) { return __float2int_rz(x); }
 inline int32_t tk_to_i32(double x) { return __double2int_rz(x); }
 inline int8_t tk_to_i8(float x) { return static_cast<int8_t>(std::max(-128, std::min(127, __float2int_rz(x)))); }
 inline int8_t tk_to_i8(double x) { return static_cast<int8_t>(std::max(-128, std::min(127, __double2int_rz(x)))); }
+inline float tk_i8_to_f32(int8_t x) { int32_t b = 0x4B400000 + x; float f; std::memcpy(&f, &b, 4); return f - 12582912.0f; }
 using std::max;
 using std::min;
 template <int BYTES> struct tk_word;

@@ -2,7 +2,8 @@
 
 Times each (example, constants) at the issue's target shape with benchmarks/miss.py's Timer
 (do_bench median, rotated inputs) and replayed from a CUDA graph (tkc.bench.graph_ms: the kernel
-without the host's per-call work), after checking the output against the float64 reference.
+without the host's per-call work), after checking the output against the float64 reference;
+torch eager (benchmarks/transformer.py's functions) on the same inputs first, in the same run.
 Run on the device machine: `python3 benchmarks/probes/decode_tiling/probe.py [NAME ...]`.
 """
 
@@ -34,9 +35,9 @@ CASES = [  # (example, dims, runtime scalars, constant variants, tensor dtype)
     ("rope", {"B": 16384, "D": 4096}, {"pos": 1023}, [{}, {"BR": 4, "threads": 32}, {"BR": 8, "threads": 64},
                                                       {"BR": 16, "threads": 128}, {"BR": 32, "threads": 256},
                                                       {"BR": 16, "threads": 256}], ""),
-    ("accum", {"B": 16384, "N": 4096}, {}, [{}, {"BN": 2048}, {"BN": 4096, "threads": 512}, {"BN": 512, "threads": 64}],
-     "f16"),
-    ("silu_mul", {"B": 16384, "H": 4096}, {}, [{}, {"BN": 2048}], "f16"),
+    ("accum", {"B": 16384, "N": 4096}, {}, [{}, {"BN": 2048}, {"BN": 4096, "threads": 512}, {"BN": 4096, "threads": 256},
+                                            {"BN": 4096, "threads": 128}, {"BN": 2048, "threads": 128}], "f16"),
+    ("silu_mul", {"B": 16384, "H": 4096}, {}, [{}, {"BN": 2048}, {"BN": 4096, "threads": 256}], "f16"),
     ("attention", {"H": 32, "HD": 128, "S": 1024}, {"pos": 1023}, [{}, {"BT": 32}, {"BT": 128, "threads": 512}], ""),
     ("attention_split", {"H": 32, "HD": 128, "S": 1024}, {"pos": 1023},
      [{}, {"SPLIT": 4}, {"BT": 32}, {"BT": 32, "threads": 128}, {"SPLIT": 4, "BT": 128, "threads": 512}], ""),
@@ -74,8 +75,20 @@ def main() -> None:
         list(pool.map(build, *zip(*jobs)))
     timer = Timer(False, 25, 100)
     print("| example | constants | us (calls) | us (graph) | rel err |\n|---|---|---|---|---|")
+    from transformer import eager_fns
+
+    fns = eager_fns()
     for name, dims, scalars, variants, dtype in todo:
         path = path_of(name, dtype, cache)
+        try:  # torch eager on the same inputs, in the same run
+            module = driver.frontend(path, dims)
+            sets = [oracle.random_inputs(module, s, "cuda", "normal", scalars) for s in range(3)]
+            fn = fns[name] if name != "rope" else (lambda x, pos: fns["_rope"](x, pos, 128))
+            us = timer(rotating(fn, sets)) * 1e3
+            gus = graph_ms(timer, fn, sets) * 1e3
+            print(f"| {name}{' ' + dtype if dtype else ''} | torch eager | {us:.1f} | {gus:.1f} | |", flush=True)
+        except Exception as exc:  # noqa: BLE001
+            print(f"| {name} | torch eager | - | - | {str(exc).splitlines()[0][:80]} |", flush=True)
         for consts in variants:
             try:
                 module = driver.frontend(path, {**dims, **consts})
