@@ -49,6 +49,11 @@ def tl_expr(text: str, tensors: dict[str, str] | None = None) -> str:
     return _tl(exprs.parse(text), tensors or {})
 
 
+def _saturates(src, dst) -> bool:
+    """Whether copying `src` into `dst` converts floats to integers (`_Emitter.cast` saturates)."""
+    return dst.type.dtype in ("i8", "i32") and src.type.dtype in ("f16", "bf16", "f32", "f64")
+
+
 def has_load(text: str) -> bool:
     """Whether an index expression reads an index tensor (its value is known only at run time)."""
     return "[" in text
@@ -422,7 +427,7 @@ class _Emitter:
         src, dst = op.operands
         if src.type.space == "global" or dst.type.space == "global":
             return self.global_copy(op, depth)
-        if src.type.dtype == dst.type.dtype or not self.cpu:
+        if src.type.dtype == dst.type.dtype or (not self.cpu and not _saturates(src, dst)):
             self.line(depth, f"T.copy({self.name(src)}, {self.name(dst)})")
             return
         idx, d = self.loop_nest(self.dims(dst), depth)
@@ -437,7 +442,9 @@ class _Emitter:
         steps = op.attrs.get("src_steps" if load else "dst_steps") or [1] * tensor.type.rank
         # A strided access, or one at an offset read from an index tensor, is an element loop
         # (T.copy takes dense regions at offsets it can analyze).
-        elementwise = any(st != 1 for st in steps) or any(has_load(o) for o in op.attrs["src_offsets" if load else "dst_offsets"])
+        # So is a float -> int conversion: T.copy's C cast wraps where tkc saturates (`cast`).
+        elementwise = (any(st != 1 for st in steps) or _saturates(src, dst)
+                       or any(has_load(o) for o in op.attrs["src_offsets" if load else "dst_offsets"]))
         if not self.cpu and not elementwise:
             # On the GPU, T.copy converts dtypes and guards accesses past the tensor's edge.
             region = f"{self.name(tensor)}[{', '.join(offsets)}]"
