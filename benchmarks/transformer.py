@@ -153,11 +153,17 @@ def cases(group: str, cpu: bool) -> list[dict]:
         add("rmsnorm", {"B": 16384, "N": 4096}, dtype=dtype)
         add("rmsnorm", {"B": 16384, "N": 4096}, {"threads": 256}, label="B=16384,N=4096 tuned", dtype=dtype)
         add("silu_mul", {"B": 16384, "H": 4096}, dtype=dtype)
+        add("silu_mul", {"B": 16384, "H": 4096}, {"BN": 4096, "threads": 512}, label="B=16384,H=4096 tuned",
+            dtype=dtype)
         add("accum", {"B": 16384, "N": 4096}, dtype=dtype)
+        add("accum", {"B": 16384, "N": 4096}, {"BN": 4096, "threads": 512}, label="B=16384,N=4096 tuned",
+            dtype=dtype)
     add("rope", {"B": 16384, "D": 4096}, {"HD": 128}, {"pos": 1023})
+    add("rope", {"B": 16384, "D": 4096}, {"HD": 128, "BR": 32, "threads": 256}, {"pos": 1023},
+        label="B=16384,D=4096,pos=1023 tuned")
     add("matmul_f16", {"D": 11008, "K": 4096})
+    add("matmul_f16", {"D": 11008, "K": 4096}, {"BD": 2, "BK": 2048, "threads": 256}, label="D=11008,K=4096 tuned")
     add("matmul_q8", {"D": 11008, "G": 64, "GS": 64}, label="D=11008,K=4096")
-    add("matmul_q8", {"D": 11008, "G": 64, "GS": 64}, {"BD": 2, "NG": 16}, label="D=11008,K=4096 tuned")
     add("matmul", {"D": 11008, "K": 4096})
     add("matmul", {"D": 11008, "K": 4096}, {"BD": 8}, label="D=11008,K=4096 tuned")
     add("attention", {"H": 32, "HD": 128, "S": SEQ}, {}, {"pos": SEQ - 1})
