@@ -336,6 +336,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
 
     # ---- regions and barriers ---------------------------------------------------------------
     def region(self, ops: list[Op], d: int, st: SyncState) -> SyncState:
+        ops = self.hoist_loads(ops)
         self.store_groups(ops)
         for op in ops:
             if op.name == "tile.alloc":

@@ -425,6 +425,33 @@ class AccessMixin:
             load = f"tk_load<{gc.word}>({tmp}, {gc.ptr});"
             self.line(d, f"if ({gc.cond}) {load}" if gc.cond else load)
 
+    def hoist_loads(self, ops: list) -> list:
+        """`ops` in emission order: every copy of a window of an input tensor (one the kernel
+        never writes) into a register tile moves up to the start of the op list, or to just after
+        the last earlier op that touches that tile, loop or global load, so the loads of one trip are all in flight
+        before its first barrier (decode attention: the V rows load with the K rows, not after
+        the softmax). The offsets name only grid, loop and runtime scalar indices, all defined
+        before the list starts; a tile's chunks are its own thread's, so no barrier is needed."""
+        args = self.m.func.body.args
+        outputs = {id(args[i]) for i in self.m.func.attrs.get("outputs", [])}
+        written = {args[i].name for i in self.m.func.attrs.get("outputs", [])}
+        out: list = []
+        for op in ops:
+            src = op.operands[0] if op.name == "tile.copy" else None
+            if (src is None or src.type.space != "global" or id(src) in outputs
+                    or self.plan.where(op.operands[1]) != "regs"
+                    or any(exprs.loads(exprs.parse(t)) & written for t in op.attrs.get("src_offsets", []))):
+                out.append(op)
+                continue
+            tile = op.operands[1]
+            at = len(out)
+            while at > 0 and not any(v is tile for o in out[at - 1].walk() for v in o.operands) \
+                    and out[at - 1].name != "tile.for" \
+                    and not (out[at - 1].name == "tile.copy" and out[at - 1].operands[0].type.space == "global"):
+                at -= 1  # not past a loop (registers live across it), nor past another load (their order stays)
+            out.insert(at, op)
+        return out
+
     def store_groups(self, ops: list) -> None:
         """Find, in op list `ops`, groups of `step` copies of register tiles of one shape into
         the same tensor with the same strided last dim (`x[o : n : step]`), whose last-dim offsets

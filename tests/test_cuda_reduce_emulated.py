@@ -143,6 +143,6 @@ def test_int8_tiles_get_16_wide_chunks(tmp_path):
     from codegen import cuda
 
     path = os.path.join(ROOT, "examples", "matmul_q8.tk")
-    src = cuda.emit(driver.optimize(driver.frontend(path, {"D": 64}), "cuda"))
+    src = cuda.emit(driver.optimize(driver.frontend(path, {"D": 64, "NG": 8, "threads": 128}), "cuda"))
     assert "int8_t t0[16];  // i8[4, 8, 64] in registers: 1 chunk of 16 per thread" in src
     assert "tk_load<16>(gv, &W[" in src

@@ -54,7 +54,8 @@ CASES = [  # (example, dims, runtime scalars, constant variants, tensor dtype)
      "f16"),
     ("attention", {"H": 32, "HD": 128, "S": 1024}, {"pos": 1023}, [{}, {"BT": 32}, {"BT": 128, "threads": 512}], ""),
     ("attention_split", {"H": 32, "HD": 128, "S": 1024}, {"pos": 1023},
-     [{}, {"SPLIT": 4}, {"BT": 32}, {"BT": 32, "threads": 128}, {"SPLIT": 4, "BT": 128, "threads": 512}], ""),
+     [{}, {"SPLIT": 4}, {"BT": 32}, {"BT": 32, "threads": 128}, {"SPLIT": 4, "BT": 128, "threads": 512},
+      {"BT": 128}, {"BT": 128, "threads": 512}, {"threads": 512}, {"threads": 128}], ""),
 ]
 
 

@@ -1,4 +1,4 @@
-"""Strided slices and single-value tiles in the CUDA backend, run on the CPU emulation
+"""Memory access forms of the CUDA backend (codegen/cuda_access.py), run on the CPU emulation
 (tests/cuda_emu) against torch in float64 with the oracle's derived tolerance:
 
 * strided loads move the contiguous window around a chunk and keep every step-th element
@@ -7,7 +7,9 @@
   ...) is stored interleaved, as whole windows, by its last member (`store_groups`); a group
   that cannot be (a second store of one phase) goes element by element;
 * a tile that a fill gives one value (a runtime scalar, a loop index) is not stored: its readers
-  use the value (`const` placement, codegen/cuda_plan.py).
+  use the value (`const` placement, codegen/cuda_plan.py);
+* loads of input windows into register tiles move to the start of their op list, never past an
+  op that touches the tile, a loop or another load (`hoist_loads`).
 
 Each case also checks which form the backend chose, so a silent fallback to the element path
 fails here. The GPU runs the same code in tests/gpu. Skipped without a g++ with C++20 <barrier>.
@@ -164,3 +166,62 @@ def test_a_source_updated_between_the_stores_is_not_interleaved(tmp_path):
     path.write_text(UPDATED)
     assert "interleaved" not in _cuda(str(path))
     emulate.check_against_torch(str(path), None, DISTS)
+
+
+HOIST = """
+kernel hoist<threads=32>(X: f32[R, N]) -> (Y: f32[R, C])
+    where R = 3, C = 40, N = 160
+    requires N == 4 * C
+    reference "X[:, 0:C] * 3.0 + X[:, C:2*C] * 3.0 + X[:, 2*C:3*C] * 4.0 + X[:, 3*C:4*C] * 0.5"
+{
+    grid (R) as (r) threads(threads)
+    acc = X[r : +1, 0 : +C] * 1.0
+    prev = X[r : +1, 0 : +C]
+    for k in range(1, 4) {
+        acc += prev * (k + 1)
+        prev = X[r : +1, k*C : +C]
+    }
+    Y[r : +1, :] = acc + prev * 0.5
+}
+"""
+
+
+def _loop_body(module):
+    return next(op for op in module.walk() if op.name == "tile.for").body.ops
+
+
+def test_loads_move_to_the_start_of_a_trip(tmp_path):
+    """The loop's load of the next window is emitted first in the trip, before the multiply-add
+    that reads the previous one (a copy into a fresh tile, then into `prev`)."""
+    path = tmp_path / "hoist.tk"
+    path.write_text(HOIST)
+    src = _cuda(str(path))
+    trip = src[src.index("for (int k = 1;"):]
+    assert trip.index("tile.copy(%X, ") < trip.index("tile.elementwise(%prev, ")
+    emulate.check_against_torch(str(path), None, DISTS)
+
+
+def test_a_load_into_a_tile_read_earlier_stays_after_the_read(tmp_path):
+    """The same kernel with the load written straight into `prev` (IR edited: the copy through a
+    fresh tile removed): `acc += prev * (k + 1)` must read the previous trip's window, so the
+    load cannot move above it."""
+    path = tmp_path / "hoist.tk"
+    path.write_text(HOIST)
+    module = driver.optimize(driver.frontend(str(path)), "cuda")
+    body = _loop_body(module)
+    load = next(op for op in body if op.name == "tile.copy" and op.operands[0].type.space == "global")
+    move = next(op for op in body if op.name == "tile.copy" and op.operands[0] is load.operands[1])
+    load.operands[1] = move.operands[1]
+    body.remove(move)
+    src = cuda.emit(module)
+    trip = src[src.index("for (int k = 1;"):]
+    assert trip.index("tile.elementwise(%prev, ") < trip.index("tile.copy(%X, %prev)")
+    kernel = emulate.Emulated(module)
+    import numpy as np
+    import torch
+
+    x = torch.randn(3, 160, generator=torch.Generator().manual_seed(0), dtype=torch.float64).float()
+    (y,) = kernel([x.numpy(), np.zeros((3, 40), np.float32)], [1])
+    c = 40
+    ref = x[:, :c] * 3 + x[:, c:2 * c] * 3 + x[:, 2 * c:3 * c] * 4 + x[:, 3 * c:] * 0.5
+    np.testing.assert_allclose(y, ref.numpy(), rtol=1e-5, atol=1e-5)
