@@ -336,7 +336,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
 
     # ---- regions and barriers ---------------------------------------------------------------
     def region(self, ops: list[Op], d: int, st: SyncState) -> SyncState:
-        ops = self.hoist_loads(ops)
+        if d > 1:  # a loop body (at the top level a load moved up only lengthens live ranges)
+            ops = self.hoist_loads(ops)
         self.store_groups(ops)
         for op in ops:
             if op.name == "tile.alloc":
