@@ -78,8 +78,9 @@ def eager_fns():
 
     def attention(q, kc, vc, pos):
         h, hd = q.shape
-        k = kc[:pos + 1].view(pos + 1, h, hd).float()
-        v = vc[:pos + 1].view(pos + 1, h, hd).float()
+        group = h * hd // kc.shape[1]  # query heads per key/value head
+        k = kc[:pos + 1].view(pos + 1, -1, hd).repeat_interleave(group, 1).float()
+        v = vc[:pos + 1].view(pos + 1, -1, hd).repeat_interleave(group, 1).float()
         att = torch.softmax(torch.einsum("hd,thd->ht", q, k) / hd ** 0.5, 1)
         return torch.einsum("ht,thd->hd", att, v)
 
@@ -106,6 +107,8 @@ def cases(group: str, cpu: bool) -> list[dict]:
     out = []
 
     def add(kernel, dims, consts=None, scalars=None, label="", dtype=""):
+        if kernel.startswith("attention") and "KVD" not in dims:  # multi-head: a kv head per query head
+            dims = {**dims, "KVD": dims["H"] * dims["HD"]}
         label = label or ",".join(f"{k}={v}" for k, v in {**dims, **(scalars or {})}.items())
         out.append({"kernel": kernel, "dims": dims, "consts": consts or {}, "scalars": scalars or {},
                     "label": label + (f" {dtype}" if dtype else ""), "dtype": dtype})

@@ -64,9 +64,13 @@ SPECS: dict[str, Spec] = {
     # runtime scalar `pos`: the inputs alternate between its largest allowed value and 0
     "examples/rope.tk": Spec({"B": 3, "D": 64}, {"HD": 16}, {"B": 1, "D": "HD"}, multiple_of={"D": "HD"},
                              variants=({"BR": 2}, {"BR": 4, "threads": 64})),  # rows per block, B % BR != 0
-    "examples/attention.tk": Spec({"H": 3, "HD": 32, "S": 40}, {"BT": 16}, {"H": 1, "S": "BT"}),
-    "examples/attention_split.tk": Spec({"H": 3, "HD": 32, "S": 40}, {"BT": 8, "SPLIT": 2}, {"H": 1, "S": "BT"},
-                                        variants=({"SPLIT": 4, "BT": 4}, {"SPLIT": 1})),
+    # KVD = HD: one key/value head for every query head (multi-query); the KVD variant gives each
+    # query head its own (multi-head) at H = 3
+    "examples/attention.tk": Spec({"H": 3, "HD": 32, "S": 40, "KVD": 32}, {"BT": 16}, {"H": 1, "S": "BT"},
+                                  variants=({"KVD": 96}, {"H": 4, "KVD": 64})),  # + 2 kv heads of 2
+    "examples/attention_split.tk": Spec({"H": 3, "HD": 32, "S": 40, "KVD": 32}, {"BT": 8, "SPLIT": 2},
+                                        {"H": 1, "S": "BT"},
+                                        variants=({"SPLIT": 4, "BT": 4}, {"SPLIT": 1}, {"KVD": 96}, {"H": 4, "KVD": 64})),
     "examples/embedding.tk": Spec({"V": 50, "N": 72, "B": 3}, {"BN": 32}, {"B": 1, "N": "BN"}),
     "examples/accum.tk": Spec({"B": 3, "N": 72}, {"BN": 32, "threads": 32}, {"B": 1, "N": "BN"}),
     "tests/programs/bf16_ops.tk": Spec({"M": 40, "N": 64, "K": 32}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),

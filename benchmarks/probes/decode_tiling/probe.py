@@ -52,8 +52,8 @@ CASES = [  # (example, dims, runtime scalars, constant variants, tensor dtype)
     ("silu_mul", {"B": 16384, "H": 4096}, {}, [{}, {"BN": 2048}, {"BN": 4096, "threads": 256},
                                                                 {"BN": 4096, "threads": 512}, {"BN": 1024, "threads": 128}],
      "f16"),
-    ("attention", {"H": 32, "HD": 128, "S": 1024}, {"pos": 1023}, [{}, {"BT": 32}, {"BT": 128, "threads": 512}], ""),
-    ("attention_split", {"H": 32, "HD": 128, "S": 1024}, {"pos": 1023},
+    ("attention", {"H": 32, "HD": 128, "S": 1024, "KVD": 4096}, {"pos": 1023}, [{}, {"BT": 32}, {"BT": 128, "threads": 512}], ""),
+    ("attention_split", {"H": 32, "HD": 128, "S": 1024, "KVD": 4096}, {"pos": 1023},
      [{}, {"SPLIT": 4}, {"BT": 32}, {"BT": 32, "threads": 128}, {"SPLIT": 4, "BT": 128, "threads": 512},
       {"BT": 128}, {"BT": 128, "threads": 512}, {"threads": 512}, {"threads": 128}], ""),
 ]
