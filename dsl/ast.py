@@ -160,6 +160,9 @@ class Param(Node):
     # each dim: a name (bound by the tensor's extent), an integer, or an expression over dims
     # bound elsewhere and schedule constants (`f32[N / 2]`), checked against the extent
     dims: "list[tuple[str | int | Expr, Loc]] | None"
+    # an output marked `mut`: the caller passes the tensor and the kernel updates it in place
+    # (the elements it does not store keep their values)
+    mutable: bool = False
 
 
 @dataclass

@@ -84,8 +84,8 @@ def run(module: Module, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     arrays: dict[int, np.ndarray] = {}
     for i, a in enumerate(args):
         shape = a.type.concrete_shape(env)
-        if i in outs:
-            arrays[id(a)] = _poison(shape, a.type.dtype)
+        if i in outs and (i not in module.func.attrs.get("mutable", []) or a.name not in inputs):
+            arrays[id(a)] = _poison(shape, a.type.dtype)  # a `mut` output without its old value: all poison
             continue
         if a.name not in inputs:
             raise ValueError(f"missing input `{a.name}`")

@@ -80,6 +80,11 @@ class _Lowerer(ExprLowerer):
                 raise error(p.loc, f"output `{p.name}` is a scalar; outputs are tensors",
                             f"declare it with a shape, e.g. `{p.name}: {p.dtype}[1]`")
         for p in k.inputs:
+            if p.mutable:
+                raise error(p.loc, f"input `{p.name}` is marked `mut`; only outputs are updated in place",
+                            f"move it to the outputs (`-> (mut {p.name}: ...)`): the caller then passes it "
+                            "after the inputs and the kernel stores into it")
+        for p in k.inputs:
             if p.dims is None:
                 if p.dtype != "i32":
                     raise error(p.loc, f"runtime scalar `{p.name}` has dtype `{p.dtype}`; runtime scalars are `i32`",
@@ -130,6 +135,9 @@ class _Lowerer(ExprLowerer):
             "reference": k.reference[0] if k.reference else ""})
         if self.scalars:
             func.attrs["scalars"] = [[p.name, p.dtype, k.inputs.index(p)] for p in self.scalars.values()]
+        if any(p.mutable for p in k.outputs):  # updated in place: arg indices (dsl/ast.py Param.mutable)
+            first = len(k.inputs) - len(self.scalars)
+            func.attrs["mutable"] = [first + i for i, p in enumerate(k.outputs) if p.mutable]
         self.scopes[0].update({name: name for name in self.scalars})
         if not k.outputs:
             raise error(k.loc, f"kernel `{k.name}` has no outputs")

@@ -114,15 +114,15 @@ class _Builder:
             raise error(self.loc(tok), f"{what} `{tok}` is defined twice")
 
     def param(self, t) -> A.Param:
-        name, dtype, *dims = t.children
+        mut, name, dtype, *dims = t.children
         if dims == [None]:  # no brackets: a runtime scalar
-            return A.Param(self.loc(t), str(name), str(dtype), None)
+            return A.Param(self.loc(t), str(name), str(dtype), None, mut is not None)
         out = []
         for d in dims:  # a dim name (bound by the tensor's extent), an integer, or an expression
             e = self.expr(d)
             loc = self.loc(d) if isinstance(d, lark.Tree) else e.loc  # an expression: where it starts
             out.append((e.id if isinstance(e, A.Name) else e.value if isinstance(e, A.IntLit) else e, loc))
-        return A.Param(self.loc(t), str(name), str(dtype), out)
+        return A.Param(self.loc(t), str(name), str(dtype), out, mut is not None)
 
     def stmt(self, t) -> A.Stmt:
         try:

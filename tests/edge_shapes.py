@@ -71,6 +71,8 @@ SPECS: dict[str, Spec] = {
     "examples/attention_split.tk": Spec({"H": 3, "HD": 32, "S": 40, "KVD": 32}, {"BT": 8, "SPLIT": 2},
                                         {"H": 1, "S": "BT"},
                                         variants=({"SPLIT": 4, "BT": 4}, {"SPLIT": 1}, {"KVD": 96}, {"H": 4, "KVD": 64})),
+    # `mut` caches: one row written at pos (the inputs alternate between pos S - 1 and 0)
+    "examples/kv_store.tk": Spec({"S": 5, "KVD": 72}, {"BN": 32, "threads": 32}, {"KVD": "BN"}),
     "examples/embedding.tk": Spec({"V": 50, "N": 72, "B": 3}, {"BN": 32}, {"B": 1, "N": "BN"}),
     "examples/accum.tk": Spec({"B": 3, "N": 72}, {"BN": 32, "threads": 32}, {"B": 1, "N": "BN"}),
     "tests/programs/bf16_ops.tk": Spec({"M": 40, "N": 64, "K": 32}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),

@@ -53,7 +53,8 @@ def _fences_intact(view: torch.Tensor, buf: torch.Tensor) -> bool:
 
 def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     """Run `kernel` (a tkc Kernel) on fenced copies of `inputs` (runtime scalars, ints, are
-    passed as they are, after the tensors) into fenced, all-poison outputs; returns the outputs.
+    passed as they are, after the tensors) into fenced, all-poison outputs (a `mut` output: a
+    fenced copy of its old value, the last of `inputs`); returns the outputs.
     Raises AssertionError when the kernel wrote into any fence (a store past a tensor's end or
     before its start)."""
     from tkc.runtime import TORCH_DTYPES, check_indices, check_runtime
@@ -67,11 +68,14 @@ def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     check_runtime(artifact.module, dict(zip(names, values)))
     check_indices(artifact.module, {a.name: t for a, t in zip(args, inputs)})
     device = inputs[0].device
+    mutable = artifact.module.func.attrs.get("mutable", [])
+    old = iter(inputs[len(inputs) - len(mutable):])  # `mut` outputs' old values come last
+    inputs = inputs[:len(inputs) - len(mutable)]
     ins = [fenced(t.shape, t.dtype, device, t) for t in inputs]
     outs = []
     for i in artifact.module.func.attrs["outputs"]:
         dtype = getattr(torch, TORCH_DTYPES[args[i].type.dtype])
-        outs.append(fenced(args[i].type.concrete_shape(env), dtype, device))
+        outs.append(fenced(args[i].type.concrete_shape(env), dtype, device, next(old) if i in mutable else None))
     jit(*[v for v, _ in ins], *[v for v, _ in outs], *values)
     if device.type == "cuda":
         torch.cuda.synchronize()

@@ -173,7 +173,7 @@ def test_runtime_scalar_one_compile_serves_every_position(tmp_path, target):
     """`pos: i32` is passed per call and never specialized: positions 0, a middle one and the
     largest `requires pos < S` allows run on one compiled kernel, each matching torch."""
     kernel = tkc.compile(ATTENTION, target=target, cache_dir=str(tmp_path), BT=16)
-    module = frontend(ATTENTION, {"H": 2, "HD": 32, "S": 40})
+    module = frontend(ATTENTION, {"H": 2, "HD": 32, "S": 40, "KVD": 64})
     for pos in (0, 17, 39):
         inputs = oracle.random_inputs(module, 3, "cpu", "normal", {"pos": pos})
         assert inputs[-1] == pos

@@ -57,9 +57,13 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
                     "choose smaller dims with -D") from None
     consts = {k: v for k, v in defines.items() if k in module.func.attrs["consts"]}  # dims: from the tensors
     kernel = Kernel(path, target, consts, cache)
-    results = kernel(*inputs)
-    results = list(results) if isinstance(results, tuple) else [results]
     from tkc.oracle import input_names
+
+    args = module.func.body.args
+    mut = {args[i].name for i in module.func.attrs.get("mutable", [])}  # updated in place: the
+    # reference needs their old values, so the kernel gets copies
+    results = kernel(*[t.clone() if n in mut else t for n, t in zip(input_names(module), inputs)])
+    results = list(results) if isinstance(results, tuple) else [results]
 
     scalar_args = {n: v for n, v in zip(input_names(module), inputs) if isinstance(v, int)}
     shapes = ", ".join(f"{n}={v}" for n, v in sorted({**module.env, **scalar_args}.items()))

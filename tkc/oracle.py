@@ -193,14 +193,16 @@ def _float_tensor(shape, dist: str, gen, dtype):
 
 
 def input_names(module: Module) -> list[str]:
-    """The kernel's inputs in call order: tensor arguments and runtime scalars (`pos: i32`)."""
+    """The kernel's inputs in call order: tensor arguments and runtime scalars (`pos: i32`), then
+    the `mut` outputs (whose old values the reference reads under their names)."""
     from dsl.ops import scalars
 
     outs = set(module.func.attrs["outputs"])
-    names = [a.name for i, a in enumerate(module.func.body.args) if i not in outs]
+    args = module.func.body.args
+    names = [a.name for i, a in enumerate(args) if i not in outs]
     for name, _, pos in sorted(scalars(module.func), key=lambda s: s[2]):
         names.insert(pos, name)
-    return names
+    return names + [args[i].name for i in module.func.attrs.get("mutable", [])]
 
 
 def scalar_values(module: Module, seed: int, given: dict[str, int] | None = None) -> dict[str, int]:
@@ -235,8 +237,9 @@ def random_inputs(module: Module, seed: int, device: str, dist: str = "normal", 
     outs = set(module.func.attrs["outputs"])
     bounds = index_bounds(module.func, env)
     tensors = []
+    mutable = module.func.attrs.get("mutable", [])
     for i, a in enumerate(module.func.body.args):
-        if i in outs:
+        if i in outs and i not in mutable:  # a `mut` output's old value is an input (input_names)
             continue
         shape = a.type.concrete_shape(env)
         dtype = getattr(torch, TORCH_DTYPES[a.type.dtype])

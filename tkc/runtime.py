@@ -102,8 +102,9 @@ def _interpreter(module):
         names = scalars(module.func)
         values = tensors[len(args):]  # runtime scalars come after the tensors
         tensors = tensors[:len(args)]
+        mutable = module.func.attrs.get("mutable", [])  # outputs updated in place: their old values count
         inputs = {a.name: t.detach().cpu().float().numpy() if t.is_floating_point() else t.detach().cpu().numpy()
-                  for i, (a, t) in enumerate(zip(args, tensors)) if i not in outs}
+                  for i, (a, t) in enumerate(zip(args, tensors)) if i not in outs or i in mutable}
         inputs.update({n: int(v) for (n, _, _), v in zip(names, values)})
         try:
             results = run(module, inputs)
@@ -151,7 +152,9 @@ class Kernel:
 
     @property
     def inputs(self):
-        return self.ast.inputs
+        """What a call passes, in order: the declared inputs, then the `mut` outputs (the tensors
+        the kernel updates in place)."""
+        return self.ast.inputs + [p for p in self.ast.outputs if p.mutable]
 
     @property
     def outputs(self):
@@ -179,7 +182,9 @@ class Kernel:
     def bind_dims(self, tensors) -> dict[str, int]:
         """Problem dims from the input shapes; raises TkError on count, rank or dim mismatches."""
         if len(tensors) != len(self.inputs):
-            raise error(self.ast.loc, f"`{self.ast.name}` takes {len(self.inputs)} inputs, got {len(tensors)}")
+            mut = f" (its inputs, then its `mut` outputs)" if self.n_mutable else ""
+            raise error(self.ast.loc, f"`{self.ast.name}` takes {len(self.inputs)} arguments{mut}, got {len(tensors)}"
+                        if mut else f"`{self.ast.name}` takes {len(self.inputs)} inputs, got {len(tensors)}")
         dims: dict[str, int] = {}
         for p, t in zip(self.inputs, tensors):
             if p.dims is None:  # a runtime scalar (checked by _as_tensor)
@@ -270,14 +275,31 @@ class Kernel:
         module, jit, outs, scalar_names, runtime, indexed = fast
         values = [t for p, t in zip(self.inputs, tensors) if p.dims is None]
         arrays = [t for p, t in zip(self.inputs, tensors) if p.dims is not None]
+        mut = arrays[len(arrays) - self.n_mutable:]  # the `mut` outputs' tensors, in order
+        arrays = arrays[:len(arrays) - self.n_mutable]
+        given = iter(mut)
         if runtime:
             check_runtime(module, dict(zip(scalar_names, values)))
         if indexed:
             check_indices(module, {name: arrays[k] for k, name, _ in indexed}, {name: hi for _, name, hi in indexed})
-        device = arrays[0].device
-        outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outs]
+        device = (arrays or mut)[0].device
+        outputs = []
+        for p, (shape, dtype) in zip(self.ast.outputs, outs):
+            if p.mutable:
+                t = next(given)
+                if not t.is_contiguous() or t.device != device:
+                    raise error(p.loc, f"`mut` output `{p.name}` must be a contiguous tensor on the inputs' device "
+                                f"(it is updated in place); got {'a non-contiguous' if not t.is_contiguous() else 'a'} "
+                                f"tensor on {t.device}", f"pass `{p.name}.contiguous()` and keep that tensor")
+                outputs.append(t)
+            else:
+                outputs.append(torch.empty(shape, dtype=dtype, device=device))
         jit(*[t if t.is_contiguous() else t.contiguous() for t in arrays], *outputs, *values)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    @property
+    def n_mutable(self) -> int:
+        return sum(p.mutable for p in self.ast.outputs)
 
 
 def check_runtime(module, values: dict[str, int]) -> None:

@@ -106,7 +106,9 @@ class Emulated:
         self._dir = tempfile.TemporaryDirectory()
         self.exe = build(cuda.emit(module), self.dtypes, self.n_scalars, self._dir.name)
 
-    def __call__(self, arrays: list[np.ndarray], outputs: list[int], scalars=()) -> list[np.ndarray]:
+    def __call__(self, arrays: list[np.ndarray], outputs: list[int], scalars=(), keep=()) -> list[np.ndarray]:
+        """`keep`: positions of outputs updated in place (`mut`): they start as given, not NaN,
+        and are returned with the `outputs`, in argument order."""
         tmp = self._dir.name
         bufs = [np.full(a.nbytes, 0xff, np.uint8) if i in outputs else np.ascontiguousarray(a)
                 for i, a in enumerate(arrays)]
@@ -120,7 +122,7 @@ class Emulated:
         data = np.fromfile(os.path.join(tmp, "out.bin"), dtype=np.uint8)
         out, pos = [], 0
         for i, a in enumerate(arrays):
-            if i in outputs:
+            if i in outputs or i in keep:
                 out.append(data[pos:pos + a.nbytes].view(a.dtype).reshape(a.shape).copy())
             pos += a.nbytes
         return out
@@ -140,14 +142,20 @@ def check_against_torch(path: str, defines=None, dists=None, scalars=None) -> No
     kernel = Emulated(driver.optimize(driver.frontend(path, defines or {}), "cuda"))
     budgets = oracle.error_budgets(module)
     outs = oracle.outputs(module)
+    mutable = module.func.attrs.get("mutable", [])
+    n_out = len(module.func.attrs["outputs"])
     for seed, dist in enumerate(dists or oracle.DISTRIBUTIONS):
         inputs = oracle.random_inputs(module, seed, "cpu", dist, scalars)
         refs = oracle.reference(module, inputs)
         tensors = [t.numpy() for t in inputs if not isinstance(t, int)]
         ints = [t for t in inputs if isinstance(t, int)]
-        arrays = tensors + [np.zeros(r.shape, np.float64 if dt == "f64" else np.float32)
-                            for (_, dt), r in zip(outs, refs)]
-        got = kernel(arrays, list(range(len(tensors), len(arrays))), ints)
+        old = tensors[len(tensors) - len(mutable):]  # `mut` outputs' old values come last
+        tensors = tensors[:len(tensors) - len(mutable)]
+        first = len(tensors)
+        arrays = tensors + [old[mutable.index(first + k)] if first + k in mutable
+                            else np.zeros(r.shape, np.float64 if dt == "f64" else np.float32)
+                            for k, ((_, dt), r) in enumerate(zip(outs, refs))][:n_out]
+        got = kernel(arrays, [i for i in range(len(tensors), len(arrays)) if i not in mutable], ints, keep=mutable)
         for (name, dtype), out, ref in zip(outs, got, refs):
             assert np.isfinite(out).all(), f"{dist}: `{name}` has elements left unwritten (NaN)"
             err = oracle.rel_error(torch.from_numpy(out.astype(np.float64)), ref)
