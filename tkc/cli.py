@@ -79,6 +79,20 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--top", type=int, default=10, help="rows of the timed table (default 10)")
     t.add_argument("--dry-run", action="store_true", help="print the pruned space only (no GPU needed)")
     t.add_argument("--retime", action="store_true", help="time again configurations an earlier run measured")
+
+    g = sub.add_parser("llama", help="generate text with a llama2.c model whose every decode op is a tkc kernel")
+    g.add_argument("model", help="a llama2.c checkpoint: legacy (run.c) or export.py's version 1 / 2")
+    g.add_argument("--tokenizer", default=None,
+                   help="llama2.c's tokenizer.bin (default: tokenizer.bin next to the model, else in this folder)")
+    g.add_argument("--prompt", default="", help="text to start from (default: none, BOS alone)")
+    g.add_argument("-n", dest="steps", type=int, default=256,
+                   help="positions to run, the prompt's included (default 256; 0 or more than the context: the context)")
+    g.add_argument("--temperature", type=float, default=1.0, help="0: greedy (default 1.0)")
+    g.add_argument("--topp", type=float, default=0.9, help="top-p sampling threshold in (0, 1] (default 0.9; 1: off)")
+    g.add_argument("--seed", type=int, default=None, help="sampling seed, a positive int (default: the time)")
+    g.add_argument("--dtype", default="f32", choices=("f32", "f16", "int8"), help="kernel dtype (default f32)")
+    g.add_argument("--target", default=None, choices=("cuda", "tilelang", "tilelang-cpu", "interp"),
+                   help="default: cuda on a CUDA GPU, else tilelang-cpu")
     return p
 
 
@@ -94,7 +108,8 @@ def _space(text: str) -> tuple[str, tuple[int, ...]]:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"compile": cmd_compile, "run": cmd_run, "opt": cmd_opt, "tune": cmd_tune}[args.cmd](args)
+        return {"compile": cmd_compile, "run": cmd_run, "opt": cmd_opt, "tune": cmd_tune,
+                "llama": cmd_llama}[args.cmd](args)
     except TkError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
@@ -206,6 +221,49 @@ def cmd_run(args) -> int:
 
     return check.run_file(args.file, args.target, dict(args.defines), args.seed, args.check, args.rtol,
                           _cache(args), args.inputs)
+
+
+def cmd_llama(args) -> int:
+    """`tkc llama`: run.c's generate loop over tkc.models.llama; the text goes to stdout as it
+    is produced, then the tokens/s to stderr (as run.c prints them)."""
+    import os
+    import time
+
+    from dsl.diagnostics import Loc, error
+    from tkc.models import llama_files
+    from tkc.models.generate import generate
+    from tkc.models.llama import Llama
+    from tkc.models.sampler import Sampler
+
+    model_loc = Loc(args.model, 0, 0)
+    if args.dtype != "f32":
+        raise error(model_loc, f"`--dtype {args.dtype}` is not available yet: this version of `tkc llama` runs f32 "
+                    "kernels", "use `--dtype f32` (an int8 checkpoint then runs its dequantized weights)")
+    if args.temperature < 0:
+        raise error(model_loc, f"--temperature must be >= 0, got {args.temperature}", "0 is greedy decoding")
+    if not 0 < args.topp <= 1:
+        raise error(model_loc, f"--topp must be in (0, 1], got {args.topp}", "1 turns top-p sampling off")
+    seed = args.seed if args.seed is not None else int(time.time())
+    if seed <= 0:
+        raise error(model_loc, f"--seed must be a positive int, got {seed}")
+    config, weights = llama_files.load_checkpoint(args.model)
+    tok_path = args.tokenizer
+    if tok_path is None:
+        beside = os.path.join(os.path.dirname(os.path.abspath(args.model)), "tokenizer.bin")
+        tok_path = beside if os.path.exists(beside) else "tokenizer.bin"
+    tokenizer = llama_files.Tokenizer.load(tok_path, config.vocab_size)
+    model = Llama(config, weights, target=args.target, cache_dir=args.cache_dir)
+    steps = args.steps if 0 < args.steps <= config.seq_len else config.seq_len
+
+    def emit(piece: bytes) -> None:
+        sys.stdout.buffer.write(piece)
+        sys.stdout.flush()
+
+    gen = generate(model.step, tokenizer, Sampler(config.vocab_size, args.temperature, args.topp, seed),
+                   args.prompt, steps, config.seq_len, emit)
+    sys.stdout.write("\n")
+    print(f"achieved tok/s: {gen.tokens_per_s:.1f} ({model.target})", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
