@@ -1,7 +1,7 @@
 """`tkc llama`: greedy text from a small random-weight llama2.c checkpoint and tokenizer written
-in run.c's formats, on the CPU (`tilelang-cpu`), equal to the torch reference's generation; bad
-input (a missing model or tokenizer, a truncated checkpoint, an unavailable dtype, bad sampling
-options) is a clear error with exit status 1."""
+in run.c's formats, on the CPU (`tilelang-cpu`), equal to the torch reference's generation; the
+f16 and int8 kernels run; bad input (a missing model or tokenizer, a truncated checkpoint, bad
+sampling options) is a clear error with exit status 1."""
 
 from __future__ import annotations
 
@@ -46,6 +46,14 @@ def test_greedy_text_matches_the_reference(model_dir):
     assert b"achieved tok/s:" in r.stderr
 
 
+@pytest.mark.parametrize("dtype", ["f16", "int8"])
+def test_other_dtypes_run(model_dir, dtype):
+    r = _tkc(model_dir[0] / "model.bin", "--prompt", "the", "-n", 8, "--temperature", 0, "--dtype", dtype,
+             "--target", "tilelang-cpu")
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.startswith(b"the") and f"tilelang-cpu, {dtype})".encode() in r.stderr
+
+
 def test_sampling_with_a_seed_is_reproducible(model_dir):
     d = model_dir[0]
     runs = [_tkc(d / "model.bin", "-n", 16, "--seed", 42, "--target", "tilelang-cpu") for _ in range(2)]
@@ -53,7 +61,6 @@ def test_sampling_with_a_seed_is_reproducible(model_dir):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--dtype", "f16"], "`--dtype f16` is not available yet"),
     (["--temperature", "-1"], "--temperature must be >= 0"),
     (["--topp", "1.5"], "--topp must be in (0, 1]"),
     (["--seed", "0"], "--seed must be a positive int"),

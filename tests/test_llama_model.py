@@ -2,8 +2,8 @@
 (run.c's forward in torch, itself checked against a C statement of run.c), on the CPU through
 `tilelang-cpu`, at tiny random-weight shapes written and read in llama2.c's formats: per-step
 logits within 1e-4 (relative, f32) for multi-head and grouped-query attention, shared and
-unshared classifiers, an int8 checkpoint's dequantized weights; 32 greedy tokens identical to
-the reference's. The GPU runs the same model through `cuda` (tests/gpu)."""
+unshared classifiers, from legacy and int8 (version 2) files; 1e-2 for the f16 and int8 kernels;
+32 greedy tokens identical to the reference's. The GPU runs the same model through `cuda` (tests/gpu)."""
 
 from __future__ import annotations
 
@@ -28,9 +28,15 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
-@pytest.mark.parametrize("fmt", ["legacy", "v2"])
+TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "int8": 1e-2}
+
+
+@pytest.mark.parametrize("fmt, dtype", [("legacy", "f32"), ("v2", "f32"), ("legacy", "f16"), ("v2", "int8")])
 @pytest.mark.parametrize("n_kv_heads, shared", [(4, True), (2, False)], ids=["mha-shared", "gqa-unshared"])
-def test_step_logits_match_the_reference(tmp_path, fmt, n_kv_heads, shared):
+def test_step_logits_match_the_reference(tmp_path, fmt, dtype, n_kv_heads, shared):
+    """The reference runs the checkpoint's float weights (an int8 file's dequantized ones) in f32;
+    the f16 model rounds the weight matrices and the KV caches to f16, the int8 one reads the
+    file's int8 weights and scales and keeps f16 caches."""
     config = _config(n_kv_heads, shared)
     path = tmp_path / "model.bin"
     weights = lf.random_weights(config, seed=n_kv_heads, scale=0.1)
@@ -39,10 +45,10 @@ def test_step_logits_match_the_reference(tmp_path, fmt, n_kv_heads, shared):
     else:
         lf.write_v2(path, config, weights, group_size=32)
     config, weights = lf.load_checkpoint(path)
-    model, ref = Llama(config, weights, target=TARGET), TorchLlama(config, weights)
+    model, ref = Llama(config, weights, target=TARGET, dtype=dtype), TorchLlama(config, weights)
     for pos, token in enumerate([1, 17, 250, 3, 99, 42, 42, 7]):
         err = _rel(model.step(token, pos), ref.step(token, pos))
-        assert err < 1e-4, f"position {pos}: relative error {err:.2e} against the reference"
+        assert err < TOLERANCE[dtype], f"{dtype} position {pos}: relative error {err:.2e} against the reference"
 
 
 def test_greedy_tokens_match_the_reference():
@@ -64,3 +70,9 @@ def test_positions_and_tokens_outside_the_model_are_refused():
         model.step(1, 8)
     with pytest.raises(ValueError, match="vocabulary"):
         model.step(300, 0)
+
+
+def test_an_unknown_dtype_is_refused():
+    config = _config(4, True, seq_len=8)
+    with pytest.raises(ValueError, match="dtype"):
+        Llama(config, lf.random_weights(config, seed=0), target=TARGET, dtype="bf16")

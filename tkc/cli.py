@@ -90,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=float, default=1.0, help="0: greedy (default 1.0)")
     g.add_argument("--topp", type=float, default=0.9, help="top-p sampling threshold in (0, 1] (default 0.9; 1: off)")
     g.add_argument("--seed", type=int, default=None, help="sampling seed, a positive int (default: the time)")
-    g.add_argument("--dtype", default="f32", choices=("f32", "f16", "int8"), help="kernel dtype (default f32)")
+    g.add_argument("--dtype", default="f32", choices=("f32", "f16", "int8"),
+                   help="weights in the kernels: f32 (default), f16, int8 (runq.c's Q8_0; an f32 file is quantized)")
     g.add_argument("--target", default=None, choices=("cuda", "tilelang", "tilelang-cpu", "interp"),
                    help="default: cuda on a CUDA GPU, else tilelang-cpu")
     return p
@@ -236,9 +237,6 @@ def cmd_llama(args) -> int:
     from tkc.models.sampler import Sampler
 
     model_loc = Loc(args.model, 0, 0)
-    if args.dtype != "f32":
-        raise error(model_loc, f"`--dtype {args.dtype}` is not available yet: this version of `tkc llama` runs f32 "
-                    "kernels", "use `--dtype f32` (an int8 checkpoint then runs its dequantized weights)")
     if args.temperature < 0:
         raise error(model_loc, f"--temperature must be >= 0, got {args.temperature}", "0 is greedy decoding")
     if not 0 < args.topp <= 1:
@@ -252,7 +250,7 @@ def cmd_llama(args) -> int:
         beside = os.path.join(os.path.dirname(os.path.abspath(args.model)), "tokenizer.bin")
         tok_path = beside if os.path.exists(beside) else "tokenizer.bin"
     tokenizer = llama_files.Tokenizer.load(tok_path, config.vocab_size)
-    model = Llama(config, weights, target=args.target, cache_dir=args.cache_dir)
+    model = Llama(config, weights, target=args.target, cache_dir=args.cache_dir, dtype=args.dtype)
     steps = args.steps if 0 < args.steps <= config.seq_len else config.seq_len
 
     def emit(piece: bytes) -> None:
@@ -262,7 +260,7 @@ def cmd_llama(args) -> int:
     gen = generate(model.step, tokenizer, Sampler(config.vocab_size, args.temperature, args.topp, seed),
                    args.prompt, steps, config.seq_len, emit)
     sys.stdout.write("\n")
-    print(f"achieved tok/s: {gen.tokens_per_s:.1f} ({model.target})", file=sys.stderr)
+    print(f"achieved tok/s: {gen.tokens_per_s:.1f} ({model.target}, {model.dtype})", file=sys.stderr)
     return 0
 
 

@@ -23,8 +23,17 @@ def _tilelang(cache: Cache):
     """Import TileLang with its cache inside ours (it creates its cache directory on import)."""
     os.environ.setdefault("TILELANG_CACHE_DIR", os.path.join(cache.root, "tilelang"))
     os.environ.setdefault("TILELANG_PRINT_ON_COMPILATION", "0")
+    import logging
+
     import tilelang
 
+    # TileLang's own notices (e.g. "Found kernel ... in memory cache" when a model compiles one
+    # kernel at two shapes) are not the user's business: only its errors get through
+    # (its modules set their own loggers' levels, so the level goes on its handlers too)
+    base = logging.getLogger("tilelang")
+    base.setLevel(logging.ERROR)
+    for handler in base.handlers:
+        handler.setLevel(logging.ERROR)
     return tilelang
 
 

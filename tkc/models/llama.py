@@ -18,6 +18,7 @@ ones), one Python call per kernel; the CUDA-graph capture of a whole step, f16 a
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 
 import torch
@@ -28,23 +29,35 @@ from tkc.models.llama_files import Config, Weights
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # examples whose tensors are f16 in the file; the f32 model runs a copy with f32 tensors
 F16_EXAMPLES = ("rope", "attention", "kv_store")
+DTYPES = ("f32", "f16", "int8")
 
 
-def example_as_f32(name: str, workdir: str) -> str:
-    """The path of examples/NAME.tk, or for an example with f16 tensors a copy in `workdir` whose
-    signature declares them f32 (the kernels compute in f32 whatever their tensors hold)."""
+def example_variant(name: str, workdir: str, retype: dict[str, str] | None = None) -> str:
+    """The path of examples/NAME.tk, or of a copy in `workdir` whose signature declares the
+    tensors named in `retype` (name -> dtype) with those dtypes (the kernels compute in f32
+    whatever their tensors hold)."""
     path = os.path.join(ROOT, "examples", f"{name}.tk")
-    if name not in F16_EXAMPLES:
+    if not retype:
         return path
     with open(path, encoding="utf-8") as f:
         text = f.read()
     start = text.index("kernel ")
     end = text.index("\n    where", start)
-    text = text[:start] + text[start:end].replace("f16[", "f32[") + text[end:]
-    out = os.path.join(workdir, f"{name}_f32.tk")
+    sig = text[start:end]
+    for tensor, dtype in retype.items():
+        sig = re.sub(rf"\b{tensor}: \w+\[", f"{tensor}: {dtype}[", sig)
+    out = os.path.join(workdir, f"{name}_{'_'.join(f'{k}{v}' for k, v in sorted(retype.items()))}.tk")
     with open(out, "w", encoding="utf-8") as f:
-        f.write(text)
+        f.write(text[:start] + sig + text[end:])
     return out
+
+
+def _group_size(cols: int, preferred: int) -> int:
+    """The group size for int8 weights with `cols` columns: `preferred` (the file's), else the
+    largest of 64, 32, 16, 8 dividing cols (export.py starts at 64)."""
+    if preferred and cols % preferred == 0:
+        return preferred
+    return next(g for g in (64, 32, 16, 8, 4, 2, 1) if cols % g == 0)
 
 
 class Llama:
@@ -54,27 +67,75 @@ class Llama:
         config, weights: from tkc.models.llama_files.load_checkpoint (or random_weights).
         target: a tkc launch target; default `cuda` when torch sees a GPU, else `tilelang-cpu`.
         cache_dir: tkc's compile cache (default: tkc's).
+        dtype: the kernels' weights: "f32" (every tensor f32: `matmul.tk`, `ffn_gate.tk`, f32
+            copies of the f16 examples); "f16" (f16 weight matrices through `matmul_f16.tk` and
+            an f16 `ffn_gate.tk`, f16 KV caches; activations f32); "int8" (runq.c's Q8_0 weights,
+            the file's or quantized here, through `matmul_q8.tk`, with `silu_mul.tk` between the
+            FFN's GEMVs; f16 KV caches; activations f32, not quantized as runq.c does).
 
     `step(token, pos)` returns the logits [vocab_size] (f32) after token `token` at position
     `pos`; positions are fed in order from 0 (the KV caches hold what earlier steps wrote).
-    Raises ValueError for a position outside the context or a token outside the vocabulary.
+    Raises ValueError for an unknown dtype, a position outside the context or a token outside
+    the vocabulary.
     """
 
-    def __init__(self, config: Config, weights: Weights, target: str | None = None, cache_dir: str | None = None):
+    def __init__(self, config: Config, weights: Weights, target: str | None = None, cache_dir: str | None = None,
+                 dtype: str = "f32"):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.c = c = config
+        self.dtype = dtype
         self.target = target or ("cuda" if torch.cuda.is_available() else "tilelang-cpu")
         device = "cuda" if self.target in ("cuda", "tilelang") else "cpu"
         self._workdir = tempfile.TemporaryDirectory(prefix="tkc-llama-")
-        k = {name: tkc.compile(example_as_f32(name, self._workdir.name), target=self.target, cache_dir=cache_dir,
-                               **consts)
-             for name, consts in (("embedding", {}), ("rmsnorm", {}), ("matmul", {}), ("rope", {"HD": c.head_size}),
-                                  ("kv_store", {}), ("attention", {}), ("accum", {}), ("ffn_gate", {}))}
-        self.k = k
-        names = ("token_embedding", "rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3", "rms_final", "wcls")
-        self.w = {n: getattr(weights, n).to(device=device, dtype=torch.float32).contiguous() for n in names}
-        self.key_cache = torch.zeros(c.n_layers, c.seq_len, c.kv_dim, device=device)
+        work = self._workdir.name
+        f32 = {"rope": {"X": "f32", "Y": "f32"}}
+        if dtype == "f32":
+            f32.update({"attention": {"KC": "f32", "VC": "f32"}, "kv_store": {"KC": "f32", "VC": "f32"}})
+        gemv = {"f32": ("matmul", None), "f16": ("matmul_f16", None), "int8": ("matmul_q8", None)}[dtype]
+        plan = [("embedding", None, {}), ("rmsnorm", None, {}), (gemv[0], None, {}),
+                ("rope", f32["rope"], {"HD": c.head_size}), ("kv_store", f32.get("kv_store"), {}),
+                ("attention", f32.get("attention"), {}), ("accum", None, {})]
+        if dtype == "int8":
+            plan.append(("silu_mul", None, {}))
+        else:
+            plan.append(("ffn_gate", {"W1": "f16", "W3": "f16"} if dtype == "f16" else None, {}))
+        self.k = {name: tkc.compile(example_variant(name, work, retype), target=self.target, cache_dir=cache_dir,
+                                    **consts) for name, retype, consts in plan}
+        self.gemv_name = gemv[0]
+        mats = ("wq", "wk", "wv", "wo", "w1", "w2", "w3", "wcls")
+        self.w = {n: getattr(weights, n).to(device=device, dtype=torch.float32).contiguous()
+                  for n in ("token_embedding", "rms_att", "rms_ffn", "rms_final")}
+        if dtype == "f32":
+            self.w.update({n: getattr(weights, n).to(device=device, dtype=torch.float32).contiguous() for n in mats})
+        elif dtype == "f16":
+            self.w.update({n: getattr(weights, n).to(device=device, dtype=torch.float16).contiguous() for n in mats})
+        else:
+            self.q = {}
+            for n in mats:
+                q, scales = weights.quantized.get(n) or self._quantize(getattr(weights, n))
+                self.q[n] = (q.to(device).contiguous(), scales.to(device=device, dtype=torch.float32).contiguous())
+        cache_dtype = torch.float32 if dtype == "f32" else torch.float16
+        self.key_cache = torch.zeros(c.n_layers, c.seq_len, c.kv_dim, device=device, dtype=cache_dtype)
         self.value_cache = torch.zeros_like(self.key_cache)
         self._ids = torch.zeros(1, dtype=torch.int32, device=device)
+
+    def _quantize(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from tkc.models.llama_files import quantize_q80
+
+        return quantize_q80(w.float(), _group_size(w.shape[-1], self.c.group_size))
+
+    def gemv(self, name: str, x: torch.Tensor, layer: int | None = None) -> torch.Tensor:
+        """W @ x for weight `name` (of `layer`) and the activation row x [1, K]; returns [D, 1]."""
+        if self.dtype != "int8":
+            w = self.w[name] if layer is None else self.w[name][layer]
+            return self.k[self.gemv_name](w, x)
+        q, s = self.q[name]
+        if layer is not None:
+            q, s = q[layer], s[layer]
+        d, k = q.shape
+        gs = k // s.shape[-1]
+        return self.k["matmul_q8"](q.view(d, k // gs, gs), s.view(d, k // gs, 1), x.reshape(k // gs, gs))
 
     @torch.no_grad()
     def step(self, token: int, pos: int) -> torch.Tensor:
@@ -87,14 +148,18 @@ class Llama:
         x = k["embedding"](w["token_embedding"], self._ids)  # [1, dim]
         for layer in range(c.n_layers):
             xb = k["rmsnorm"](x, w["rms_att"][layer].view(1, c.dim))
-            q = k["rope"](k["matmul"](w["wq"][layer], xb).view(1, c.dim), pos)
-            key = k["rope"](k["matmul"](w["wk"][layer], xb).view(1, c.kv_dim), pos)
-            value = k["matmul"](w["wv"][layer], xb).view(1, c.kv_dim)
+            q = k["rope"](self.gemv("wq", xb, layer).view(1, c.dim), pos)
+            key = k["rope"](self.gemv("wk", xb, layer).view(1, c.kv_dim), pos)
+            value = self.gemv("wv", xb, layer).view(1, c.kv_dim)
             k["kv_store"](key, value, pos, self.key_cache[layer], self.value_cache[layer])
             o = k["attention"](q.view(c.n_heads, c.head_size), self.key_cache[layer], self.value_cache[layer], pos)
-            x = k["accum"](x, k["matmul"](w["wo"][layer], o.view(1, c.dim)).view(1, c.dim))
+            x = k["accum"](x, self.gemv("wo", o.view(1, c.dim), layer).view(1, c.dim))
             xb = k["rmsnorm"](x, w["rms_ffn"][layer].view(1, c.dim))
-            hb = k["ffn_gate"](w["w1"][layer], w["w3"][layer], xb).view(1, c.hidden_dim)
-            x = k["accum"](x, k["matmul"](w["w2"][layer], hb).view(1, c.dim))
+            if self.dtype == "int8":
+                hb = k["silu_mul"](self.gemv("w1", xb, layer).view(1, c.hidden_dim),
+                                   self.gemv("w3", xb, layer).view(1, c.hidden_dim))
+            else:
+                hb = k["ffn_gate"](w["w1"][layer], w["w3"][layer], xb).view(1, c.hidden_dim)
+            x = k["accum"](x, self.gemv("w2", hb, layer).view(1, c.dim))
         x = k["rmsnorm"](x, w["rms_final"].view(1, c.dim))
-        return k["matmul"](w["wcls"], x).view(c.vocab_size)
+        return self.gemv("wcls", x).view(c.vocab_size)
