@@ -76,3 +76,17 @@ def test_an_unknown_dtype_is_refused():
     config = _config(4, True, seq_len=8)
     with pytest.raises(ValueError, match="dtype"):
         Llama(config, lf.random_weights(config, seed=0), target=TARGET, dtype="bf16")
+
+
+def test_load_and_generate_twice(tmp_path):
+    """`Llama.load` reads a file; `generate` starts each sequence from a clean cache, so two
+    greedy runs from one model agree with each other and with the reference."""
+    vocab, scores = lf.byte_level_vocab([b"th", b"he"])
+    tok = lf.Tokenizer(vocab, scores)
+    config = _config(2, True, vocab=len(vocab), seq_len=16)
+    weights = lf.random_weights(config, seed=4, scale=0.3)
+    lf.write_v1(tmp_path / "m.bin", config, weights)
+    model = Llama.load(str(tmp_path / "m.bin"), target=TARGET)
+    first, second = model.generate(tok, "the", 12), model.generate(tok, "the", 12)
+    want = generate(TorchLlama(config, weights).step, tok, Sampler(config.vocab_size, 0.0), "the", 12, config.seq_len)
+    assert first.tokens == second.tokens == want.tokens

@@ -120,6 +120,30 @@ class Llama:
         self.value_cache = torch.zeros_like(self.key_cache)
         self._ids = torch.zeros(1, dtype=torch.int32, device=device)
 
+    @classmethod
+    def load(cls, path: str, target: str | None = None, cache_dir: str | None = None, dtype: str = "f32") -> "Llama":
+        """The model of a llama2.c checkpoint (legacy, version 1 or 2; TkError for a bad file)."""
+        from tkc.models.llama_files import load_checkpoint
+
+        config, weights = load_checkpoint(path)
+        return cls(config, weights, target=target, cache_dir=cache_dir, dtype=dtype)
+
+    def reset(self) -> None:
+        """Forget every position (zero the KV caches): the next step starts a new sequence at 0."""
+        self.key_cache.zero_()
+        self.value_cache.zero_()
+
+    def generate(self, tokenizer, prompt: str = "", steps: int = 256, temperature: float = 0.0, topp: float = 0.9,
+                 seed: int = 1, emit=None):
+        """run.c's generation from `prompt` (tkc.models.generate.generate) with a fresh cache;
+        returns its Generation (tokens, text bytes, tokens/s)."""
+        from tkc.models.generate import generate
+        from tkc.models.sampler import Sampler
+
+        self.reset()
+        return generate(self.step, tokenizer, Sampler(self.c.vocab_size, temperature, topp, seed), prompt, steps,
+                        self.c.seq_len, emit)
+
     def _quantize(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         from tkc.models.llama_files import quantize_q80
 
