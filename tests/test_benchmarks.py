@@ -249,3 +249,20 @@ def test_transformer_cpu_dry_run(tmp_path):
             driver.frontend(bench.example(case["kernel"]), {**case["dims"], **case["consts"]})
     assert names >= {"rmsnorm", "matmul", "matmul_f16", "matmul_q8", "silu_mul", "accum", "rope", "attention",
                      "embedding", "rmsnorm_matmul", "ffn_gate", "sgemm"}
+
+
+def test_llama_cpu_dry_run(tmp_path):
+    """benchmarks/llama.py on a tiny model through tilelang-cpu: tkc and torch eager decode in
+    every dtype, and the weight bytes per token are the matrices' (stories15M, f32: its 15M
+    parameters, the classifier shared with the embedding)."""
+    out = tmp_path / "llama.json"
+    run_script("llama.py", ["--cpu", "--out", str(out), "--cache-dir", str(tmp_path / "cache")], tmp_path)
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["dtype"], r["variant"]) for r in rows} == {(d, v) for d in ("f32", "f16", "int8")
+                                                         for v in ("tkc", "torch eager")}
+    assert all(r["status"] == "ok" and r["tok_s"] > 0 for r in rows), rows
+    bench = load("llama")
+    from tkc.models.llama_files import Config
+
+    c = Config(*bench.MODELS["15M"], shared_classifier=True)
+    assert bench.weight_bytes(c, "f32") == 4 * (6 * (4 * 288 * 288 + 3 * 288 * 768) + 32000 * 288)
