@@ -725,6 +725,17 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             stmt = f"{target} = {convert(value, ct, dst.type.dtype)};"
             self.line(dd, f"if ({cond}) {stmt}" if cond else stmt)
 
+        def merge_scratch(n_out: int, at: str, idx: list[str]) -> None:
+            """After a barrier, output o (0 <= o < n_out) combines its rr.slots partials in the
+            scratch, slot s at `at` (a C expression of o and s), and is stored at tile index `idx`."""
+            self.line(b, "__syncthreads();")
+            self.line(b, f"for (int o = tid; o < {n_out}; o += THREADS) {{")
+            self.line(b + 1, f"{ctype} red = {identity(fn, ct)};")
+            self.line(b + 1, "#pragma unroll")
+            self.line(b + 1, f"for (int s = 0; s < {rr.slots}; ++s) " + combine_into("red", f"{scratch}[{at}]"))
+            store(idx, "red", b + 1)
+            self.line(b, "}")
+
         def fold(var: str, live: str, dd: int) -> None:
             """var = combine(var, this thread's chunk `it`), element by element when `var` is an
             array (`red[e]`); only where `live` holds (a C condition, "" for always)."""
@@ -772,15 +783,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                 self.line(b + 1, f"if ({' && '.join(live + ['tid % 32 == 0'])}) {scratch}[ch / 32] = red;")
             self.line(b, "}")
             if rr.slots > 1:
-                n_out = n_ch // g
-                self.line(b, "__syncthreads();")
-                self.line(b, f"for (int o = tid; o < {n_out}; o += THREADS) {{")
-                self.line(b + 1, f"{ctype} red = {identity(fn, ct)};")
-                self.line(b + 1, "#pragma unroll")
-                self.line(b + 1, f"for (int s = 0; s < {rr.slots}; ++s) "
-                          + combine_into("red", f"{scratch}[o * {rr.slots} + s]"))
-                store(out_index("o", dshape[:-1]) + ["0"], "red", b + 1)
-                self.line(b, "}")
+                merge_scratch(n_ch // g, f"o * {rr.slots} + s", out_index("o", dshape[:-1]) + ["0"])
         else:  # cols: reduce along axis 0
             g, inner = rr.group, numel(shape[1:])
             self.line(b, f"// in registers: {g} chunk(s) of {v} per row, reduced along axis 0"
@@ -816,12 +819,5 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                 self.line(b + 1, "#pragma unroll")
                 self.line(b + 1, f"for (int e = 0; e < {v}; ++e) {scratch}[({slot}) * {inner} + {col} + e] = red[e];")
                 self.line(b, "}")
-                self.line(b, "__syncthreads();")
-                self.line(b, f"for (int o = tid; o < {inner}; o += THREADS) {{")
-                self.line(b + 1, f"{ctype} r = {identity(fn, ct)};")
-                self.line(b + 1, "#pragma unroll")
-                self.line(b + 1, f"for (int s = 0; s < {rr.slots}; ++s) "
-                          + combine_into("r", f"{scratch}[s * {inner} + o]"))
-                store(["0"] + out_index("o", dims), "r", b + 1)
-                self.line(b, "}")
+                merge_scratch(inner, f"s * {inner} + o", ["0"] + out_index("o", dims))
         self.line(d, "}")

@@ -51,16 +51,6 @@ class GlobalChunk:
         return f"({self.ptr})[{e if self.step == 1 else f'({e}) * {self.step}'}]"
 
 
-def offset_residue(e: exprs.Expr) -> tuple[int, int]:
-    """(g, c) such that `e` is always c plus a multiple of g (g 0: `e` is the constant c)."""
-    if isinstance(e, exprs.Num):
-        return 0, e.value
-    if isinstance(e, exprs.Bin) and e.op in ("+", "-"):
-        (ga, ca), (gb, cb) = offset_residue(e.a), offset_residue(e.b)
-        return math.gcd(ga, gb), ca + cb if e.op == "+" else ca - cb
-    return known_multiple(e), 0
-
-
 def split_constant(e: exprs.Expr, sign: int = 1) -> tuple[tuple, int]:
     """(the non-constant terms of the sum `e`, each with its sign, sorted; the constant term)."""
     if isinstance(e, exprs.Num):
@@ -70,6 +60,12 @@ def split_constant(e: exprs.Expr, sign: int = 1) -> tuple[tuple, int]:
         tb, cb = split_constant(e.b, sign if e.op == "+" else -sign)
         return tuple(sorted(ta + tb, key=repr)), ca + cb
     return ((sign, e),), 0
+
+
+def offset_residue(e: exprs.Expr) -> tuple[int, int]:
+    """(g, c) such that `e` is always c plus a multiple of g (g 0: `e` is the constant c)."""
+    terms, c = split_constant(e)
+    return math.gcd(0, *(known_multiple(t) for _, t in terms)), c
 
 
 MAX_SPAN_STEP = 4  # strided loads of a larger step go element by element (a window would waste bandwidth)
@@ -478,19 +474,19 @@ class AccessMixin:
             return (id(dst), shape_of(src), tuple(op.attrs["dst_offsets"][:-1]), tuple(steps),
                     tuple(op.attrs.get("checked", ())), terms, c - c % steps[-1]), c % steps[-1]
 
-        found: dict = {}
+        found: dict = {}  # group key -> {phase: position}, or None once a phase repeats
         for i, op in enumerate(ops):
             k = key(op)
-            if k is None:
+            if k is None or (k[0] in found and found[k[0]] is None):
                 continue
             members = found.setdefault(k[0], {})
             if k[1] in members:  # a second store of the same phase: no group
-                found[k[0]] = {"bad": True}
+                found[k[0]] = None
                 continue
             members[k[1]] = i
         for k, members in found.items():
             step = k[3][-1]
-            if members.get("bad") or set(members) != set(range(step)):
+            if members is None or set(members) != set(range(step)):
                 continue
             first, last = min(members.values()), max(members.values())
             group = [ops[members[p]] for p in range(step)]  # by phase

@@ -232,9 +232,7 @@ def cmd_llama(args) -> int:
 
     from dsl.diagnostics import Loc, error
     from tkc.models import llama_files
-    from tkc.models.generate import generate
     from tkc.models.llama import Llama
-    from tkc.models.sampler import Sampler
 
     model_loc = Loc(args.model, 0, 0)
     if args.temperature < 0:
@@ -257,8 +255,7 @@ def cmd_llama(args) -> int:
         sys.stdout.buffer.write(piece)
         sys.stdout.flush()
 
-    gen = generate(model.step, tokenizer, Sampler(config.vocab_size, args.temperature, args.topp, seed),
-                   args.prompt, steps, config.seq_len, emit)
+    gen = model.generate(tokenizer, args.prompt, steps, args.temperature, args.topp, seed, emit)
     sys.stdout.write("\n")
     print(f"achieved tok/s: {gen.tokens_per_s:.1f} ({model.target}, {model.dtype})", file=sys.stderr)
     return 0

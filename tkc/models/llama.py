@@ -27,8 +27,6 @@ import tkc
 from tkc.models.llama_files import Config, Weights
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# examples whose tensors are f16 in the file; the f32 model runs a copy with f32 tensors
-F16_EXAMPLES = ("rope", "attention", "kv_store")
 DTYPES = ("f32", "f16", "int8")
 
 
@@ -89,20 +87,15 @@ class Llama:
         device = "cuda" if self.target in ("cuda", "tilelang") else "cpu"
         self._workdir = tempfile.TemporaryDirectory(prefix="tkc-llama-")
         work = self._workdir.name
-        f32 = {"rope": {"X": "f32", "Y": "f32"}}
-        if dtype == "f32":
-            f32.update({"attention": {"KC": "f32", "VC": "f32"}, "kv_store": {"KC": "f32", "VC": "f32"}})
-        gemv = {"f32": ("matmul", None), "f16": ("matmul_f16", None), "int8": ("matmul_q8", None)}[dtype]
-        plan = [("embedding", None, {}), ("rmsnorm", None, {}), (gemv[0], None, {}),
-                ("rope", f32["rope"], {"HD": c.head_size}), ("kv_store", f32.get("kv_store"), {}),
-                ("attention", f32.get("attention"), {}), ("accum", None, {})]
-        if dtype == "int8":
-            plan.append(("silu_mul", None, {}))
-        else:
-            plan.append(("ffn_gate", {"W1": "f16", "W3": "f16"} if dtype == "f16" else None, {}))
+        caches = {"KC": "f32", "VC": "f32"} if dtype == "f32" else None  # the files' caches are f16
+        self.gemv_name = {"f32": "matmul", "f16": "matmul_f16", "int8": "matmul_q8"}[dtype]
+        ffn = ("silu_mul", None) if dtype == "int8" else ("ffn_gate", {"W1": "f16", "W3": "f16"} if dtype == "f16"
+                                                          else None)
+        plan = [("embedding", None, {}), ("rmsnorm", None, {}), (self.gemv_name, None, {}),
+                ("rope", {"X": "f32", "Y": "f32"}, {"HD": c.head_size}), ("kv_store", caches, {}),
+                ("attention", caches, {}), ("accum", None, {}), (*ffn, {})]
         self.k = {name: tkc.compile(example_variant(name, work, retype), target=self.target, cache_dir=cache_dir,
                                     **consts) for name, retype, consts in plan}
-        self.gemv_name = gemv[0]
         mats = ("wq", "wk", "wv", "wo", "w1", "w2", "w3", "wcls")
         self.w = {n: getattr(weights, n).to(device=device, dtype=torch.float32).contiguous()
                   for n in ("token_embedding", "rms_att", "rms_ffn", "rms_final")}
