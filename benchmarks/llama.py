@@ -6,9 +6,12 @@ Each variant decodes STEPS positions greedily from BOS (the argmax feeds the nex
 warm-up of the same length; tokens/s is STEPS over the wall time (CUDA synchronized). "% floor"
 is that rate over the weight-bytes floor: one read of every weight matrix (in the variant's
 dtype; int8 with its f32 scales) per token at the device-to-device copy bandwidth measured in the
-same run. torch eager runs the reference in f16 for f16 and in f32 on the dequantized weights for
-int8. Not yet measured here (issue 11): eager in a CUDA graph and torch.compile, which need a
-step whose position is not a Python int.
+same run. Variants: "tkc" (the step in one CUDA graph), "tkc no graph" (one Python call per
+kernel), "torch eager" (tkc.models.llama_reference.TorchLlama, run.c's forward), "torch graph"
+and "torch.compile" (StaticTorchLlama: the same forward with position-independent shapes,
+replayed from a CUDA graph, or compiled with `mode="reduce-overhead"`; its first-call compile
+is not timed). The torch variants run in f16 for f16 and in f32 on the dequantized weights for
+int8. Rows are written to --out as they finish.
 
 Run on the device machine: `python3 benchmarks/llama.py [--models 15M,42M] [--dtypes f32,int8]
 [--steps 64] [--out FILE]`; `--cpu` is a dry run on a tiny model through tilelang-cpu.
@@ -88,6 +91,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated of {', '.join(MODELS)}")
     p.add_argument("--dtypes", default="f32,f16,int8")
     p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--variants", default="", help="comma-separated subset of the variants (default: all)")
     p.add_argument("--cpu", action="store_true", help="dry run: a tiny model through tilelang-cpu")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--out", default=None, help="write the rows as JSON here")
@@ -97,7 +101,7 @@ def main(argv=None) -> int:
 
     from tkc.models import llama_files as lf
     from tkc.models.llama import Llama
-    from tkc.models.llama_reference import TorchLlama
+    from tkc.models.llama_reference import StaticTorchLlama, TorchLlama
 
     device = "cpu" if args.cpu else "cuda"
     target = "tilelang-cpu" if args.cpu else "cuda"
@@ -117,10 +121,18 @@ def main(argv=None) -> int:
                     cfg, w = lf.load_checkpoint(os.path.join(d, "m.bin"))
             else:
                 cfg, w = config, weights
+            tdt = torch.float16 if dtype == "f16" else torch.float32
             variants = [("tkc", lambda: Llama(cfg, w, target=target, cache_dir=args.cache_dir, dtype=dtype)),
-                        ("torch eager", lambda: TorchLlama(cfg, w, device=device,
-                                                           dtype=torch.float16 if dtype == "f16" else torch.float32))]
+                        ("torch eager", lambda: TorchLlama(cfg, w, device=device, dtype=tdt))]
+            if device == "cuda":  # (on the CPU "tkc" is already one call per kernel)
+                variants += [("tkc no graph", lambda: Llama(cfg, w, target=target, cache_dir=args.cache_dir,
+                                                            dtype=dtype, graph=False)),
+                             ("torch graph", lambda: StaticTorchLlama(cfg, w, device=device, dtype=tdt, mode="graph")),
+                             ("torch.compile", lambda: StaticTorchLlama(cfg, w, device=device, dtype=tdt,
+                                                                        mode="compile"))]
             for name, make in variants:
+                if args.variants and name not in args.variants.split(","):
+                    continue
                 row = {"model": label, "dtype": dtype, "variant": name, "steps": steps}
                 try:
                     tok_s = decode_rate(make().step, steps, device)
@@ -130,11 +142,11 @@ def main(argv=None) -> int:
                 rows.append(row)
                 pct = f"{100 * row['floor_fraction']:.0f}" if row.get("floor_fraction") else "-"
                 print(f"| {label} | {dtype} | {name} | {row.get('tok_s', 0):.1f} | {pct} | {row['status']} |", flush=True)
+                if args.out:
+                    with open(args.out, "w", encoding="utf-8") as f:
+                        json.dump({"copy_bytes_per_s": rate, "rows": rows}, f, indent=1)
             if device == "cuda":
                 torch.cuda.empty_cache()
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump({"copy_bytes_per_s": rate, "rows": rows}, f, indent=1)
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 

@@ -27,7 +27,7 @@ import re
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value, format_attr_dict
-from dsl.ops import COMPARE, compare_dtype, peer_tiles, scalar_ranges, scalars
+from dsl.ops import COMPARE, compare_dtype, peer_tiles, scalar_ranges, scalar_refs, scalars
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin, Chunk
 from codegen.cuda_gemm import GemmMixin
@@ -203,8 +203,10 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         for i, a in enumerate(args):
             role = "output" if i in outs else "input"
             self.line(0, f"// {role} {a.name}: {a.type.dtype}[{', '.join(map(str, shape_of(a)))}]")
+        refs = scalar_refs(func)
         for n, dtype, _ in scalars(func):
-            self.line(0, f"// runtime scalar {n}: {dtype} (a kernel argument after the tensors)")
+            how = "read from a one-element device tensor" if n in refs else "by value"
+            self.line(0, f"// runtime scalar {n}: {dtype} (a kernel argument after the tensors, {how})")
         for op in func.body.ops:
             if op.name == "tile.require" and op.attrs.get("runtime"):
                 self.line(0, f"// requires {op.attrs['cond']}: checked by tkc at every call ({_loc(op)})")
@@ -237,11 +239,15 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             const = "" if i in outs else "const "
             params.append(f"{const}{C_TYPES[a.type.dtype]}*{restrict} {self.name(a)}")
         # runtime scalars come last (tkc/cuda_runtime.py passes them after the outputs)
-        params.extend(f"const int {self.cname(n)}" for n, _, _ in scalars(func))
+        ref_names = {n: self._unique(f"{n}_ref") for n, _, _ in scalars(func) if n in refs}
+        params.extend(f"const int*{restrict} {ref_names[n]}" if n in refs else f"const int {self.cname(n)}"
+                      for n, _, _ in scalars(func))
         attrs = f"__launch_bounds__({self.threads})"
         if cluster != [1, 1, 1]:
             attrs = f"__cluster_dims__({', '.join(map(str, cluster))}) " + attrs
         self.line(0, f"extern \"C\" __global__ void {attrs} {kname}({', '.join(params)}) {{")
+        for n, ref in ref_names.items():  # one load per thread; a CUDA graph replays at new values
+            self.line(1, f"const int {self.cname(n)} = *{ref};  // runtime scalar `{n}` from device memory")
         self.launch(launch, grid)
         self.line(0, "}")
         return "\n".join(self.lines) + "\n"

@@ -17,7 +17,7 @@ import keyword
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value
-from dsl.ops import COMPARE, compare_dtype, peer_tiles, scalars, shared_accesses
+from dsl.ops import COMPARE, compare_dtype, peer_tiles, scalar_refs, scalars, shared_accesses
 from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
 
@@ -87,6 +87,7 @@ class _Emitter:
         self.used: set[str] = set()
         self.env = module.env
         self.threads = 128
+        self.refs: dict[str, str] = {}  # runtime scalars read from a device tensor -> its parameter
         self.in_flight: dict[int, Value] = {}  # shared tiles a top-level T.async_copy has not been waited for
         self.remote: set[int] = set()  # shared tiles another block of the cluster reads or writes (DSMEM):
         # never copied into by T.async_copy
@@ -152,7 +153,19 @@ class _Emitter:
                            f"{'T.uint8' if a.type.dtype == 'bool' else TL_DTYPES[a.type.dtype]})"
                            for a in args)
         # runtime scalars come last (tkc/runtime.py passes them after the outputs)
-        params += "".join(f", {n}: {TL_DTYPES[d]}" for n, d, _ in scalars(func))
+        # (a scalar in `scalar_refs` is a one-element int32 tensor, read at the kernel's start)
+        refs = scalar_refs(func)
+        self.refs = {}
+        for n, _, _ in scalars(func):
+            if n in refs:
+                ref, i = f"{n}_ref", 0
+                while ref in self.used:
+                    i += 1
+                    ref = f"{n}_ref_{i}"
+                self.used.add(ref)
+                self.refs[n] = ref
+        params += "".join(f", {self.refs[n]}: T.Tensor((1,), T.int32)" if n in refs else f", {n}: {TL_DTYPES[d]}"
+                          for n, d, _ in scalars(func))
         self.tensors = {a.name: self.name(a) for a in args}
         self.line(0, "")
         self.line(0, "@T.prim_func")
@@ -179,6 +192,8 @@ class _Emitter:
         if "cluster" in op.attrs:
             extra += self.cluster(op)
         self.line(1, f"with T.Kernel({grid}{extra}) as ({vars_},):")
+        for n, ref in self.refs.items():  # a let binding: one load, replayed at new values by a CUDA graph
+            self.line(2, f"{n} = {ref}[0]")
         if "cluster" in op.attrs and not self.cpu:
             # As in the CUDA backend (codegen/cuda.py): a cluster kernel's inputs are not
             # `__restrict__`, or nvcc loads them with ld.global.nc, which ptxas sinks below the

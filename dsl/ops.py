@@ -46,7 +46,10 @@ class FuncOp(Op):
     arguments the kernel writes), `reference` (the torch expression that defines the result),
     optional `static` (constants that chose a branch of a static `if` during lowering), optional
     `scalars` (runtime scalars `[[name, dtype, input position], ...]`: kernel parameters passed at
-    call time, usable in index expressions, never specialized on).
+    call time, usable in index expressions, never specialized on), optional `scalar_refs` (the
+    names of runtime scalars the backend reads from a one-element i32 device tensor instead of
+    taking by value: set by tkc/driver.py when a caller passes a tensor, so a CUDA graph can
+    replay the kernel at new values).
 
     Example: `tile.func() {consts = {BM = 64}, dims = {M = 128}, outputs = [1], reference = "A",
     sym_name = "k"} loc("k.tk":1:1) { ^(%A: global<f16[M]>, %C: global<f16[M]>) ... }`
@@ -417,6 +420,11 @@ EXPR_ATTRS = ("cond", "grid", "threads", "src_offsets", "dst_offsets", "lo", "hi
 def scalars(func: Op) -> list[tuple[str, str, int]]:
     """The kernel's runtime scalars: (name, dtype, position among the inputs)."""
     return [(n, d, int(i)) for n, d, i in func.attrs.get("scalars", [])]
+
+
+def scalar_refs(func: Op) -> set[str]:
+    """The runtime scalars read through a one-element device tensor (`scalar_refs`)."""
+    return set(func.attrs.get("scalar_refs", []))
 
 
 def index_tensors(func: Op) -> set[str]:

@@ -90,3 +90,9 @@ def test_load_and_generate_twice(tmp_path):
     first, second = model.generate(tok, "the", 12), model.generate(tok, "the", 12)
     want = generate(TorchLlama(config, weights).step, tok, Sampler(config.vocab_size, 0.0), "the", 12, config.seq_len)
     assert first.tokens == second.tokens == want.tokens
+
+
+def test_graph_capture_needs_a_gpu_target():
+    config = _config(4, True)
+    with pytest.raises(ValueError, match="graph=True needs a GPU target"):
+        Llama(config, lf.random_weights(config, seed=0), target=TARGET, graph=True)

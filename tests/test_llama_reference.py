@@ -102,3 +102,31 @@ def test_generation_stops_at_the_context():
     model = TorchLlama(config, lf.random_weights(config, seed=1))
     gen = generate(model.step, _tokenizer(), Sampler(config.vocab_size, 1.0, 0.9, 7), "", 1000, config.seq_len)
     assert len(gen.tokens) <= config.seq_len + 1
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2], ids=["mha", "gqa"])
+def test_the_static_shape_form_matches_the_reference(n_kv_heads):
+    """StaticTorchLlama (benchmarks/llama.py's torch-in-a-graph and torch.compile baselines):
+    masked attention over the whole cache equals attention over positions 0..pos, in float64."""
+    from tkc.models.llama_reference import StaticTorchLlama
+
+    config = lf.Config(64, 96, 2, 4, n_kv_heads, 300, 24, shared_classifier=n_kv_heads == 4)
+    weights = lf.random_weights(config, seed=n_kv_heads, scale=0.3)
+    ref, static = TorchLlama(config, weights, dtype=torch.float64), StaticTorchLlama(config, weights,
+                                                                                     dtype=torch.float64)
+    for pos, token in enumerate([1, 299, 5, 5, 17, 0, 42, 8, 9, 100, 3, 2]):
+        want, got = ref.step(token, pos), static.step(token, pos)
+        assert ((got - want).norm() / want.norm()).item() < 1e-12, f"position {pos}"
+
+
+def test_the_static_form_refuses_bad_modes():
+    from tkc.models.llama_reference import StaticTorchLlama
+
+    config = lf.Config(64, 96, 1, 4, 4, 50, 8, shared_classifier=True)
+    weights = lf.random_weights(config, seed=0)
+    with pytest.raises(ValueError, match="mode must be one of eager, graph, compile"):
+        StaticTorchLlama(config, weights, mode="jit")
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        StaticTorchLlama(config, weights, device="cpu", mode="graph")
+    with pytest.raises(ValueError, match="outside the model's context"):
+        StaticTorchLlama(config, weights).step(1, 8)

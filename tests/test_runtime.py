@@ -184,8 +184,8 @@ def test_runtime_scalar_one_compile_serves_every_position(tmp_path, target):
 @pytest.mark.parametrize("pos, message", [
     (40, "requirement `pos < 40` does not hold at this call"),
     (-1, "runtime scalar `pos` is -1; it must be in [0, 2^31)"),
-    (1.5, "runtime scalar `pos` takes a Python int, got float 1.5"),
-    (True, "runtime scalar `pos` takes a Python int, got bool True"),
+    (1.5, "runtime scalar `pos` takes a Python int or a one-element int32 tensor, got float 1.5"),
+    (True, "runtime scalar `pos` takes a Python int or a one-element int32 tensor, got bool True"),
 ])
 def test_runtime_scalar_errors_at_the_call(tmp_path, pos, message):
     kernel = tkc.compile(ATTENTION, target="interp", cache_dir=str(tmp_path), BT=16)

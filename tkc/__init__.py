@@ -13,4 +13,12 @@ def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, t
     return runtime.compile(path, target=target, cache_dir=cache_dir, tune=tune, **consts)
 
 
-__all__ = ["compile"]
+def assume_valid():
+    """See tkc.runtime.assume_valid: calls inside skip the host-side checks of device-resident
+    runtime scalars and index tensors, so they can be captured in a CUDA graph."""
+    from tkc import runtime
+
+    return runtime.assume_valid()
+
+
+__all__ = ["assume_valid", "compile"]

@@ -97,29 +97,34 @@ class Artifact:
         return os.path.join(self.entry, SOURCE_FILE[self.target])
 
 
-def _source_key(path: str, text: str, overrides: dict[str, int], target: str) -> str:
+def _source_key(path: str, text: str, overrides: dict[str, int], target: str, scalar_refs=()) -> str:
     h = hashlib.sha256()
     for part in (os.path.abspath(path), path, text, repr(sorted(overrides.items())), target,
-                 default_pipeline(target), tool_versions()):
+                 default_pipeline(target), tool_versions(), repr(sorted(scalar_refs))):
         h.update(part.encode())
         h.update(b"\0")
     return "src-" + h.hexdigest()
 
 
 def compile_file(path: str, target: str, overrides: dict[str, int] | None = None,
-                 cache: Cache | None = None) -> Artifact:
-    """Compile `path` for `target`; raises TkError for any user error."""
+                 cache: Cache | None = None, scalar_refs=()) -> Artifact:
+    """Compile `path` for `target`; raises TkError for any user error. `scalar_refs`: runtime
+    scalars the kernel reads from a one-element i32 tensor argument (in the scalar's place)
+    instead of taking by value (`tkc.compile`'s kernels do this when called with a tensor)."""
     cache = cache or Cache()
     overrides = dict(overrides or {})
     text = read_source(path)
-    src_key = _source_key(path, text, overrides, target)
+    src_key = _source_key(path, text, overrides, target, scalar_refs)
     index = cache.get(src_key)
     if index is not None:
         key = index.get("key", "")
         files = cache.get(key) if len(key) == 64 else None
         if files is not None and SOURCE_FILE[target] in files and IR_FILE in files:
             return Artifact(target, files[SOURCE_FILE[target]], key, cache.path(key), True, files[IR_FILE])
-    artifact = emit(optimize(frontend(path, overrides, text), target), target, cache)
+    module = optimize(frontend(path, overrides, text), target)
+    if scalar_refs:
+        module.func.attrs["scalar_refs"] = sorted(scalar_refs)
+    artifact = emit(module, target, cache)
     cache.put(src_key, {"key": artifact.key}, target)
     return artifact
 

@@ -7,6 +7,8 @@ generated source plus TileLang's own cache of binaries), allocates the outputs a
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 
 from codegen import tilelang as tilelang_gpu
@@ -175,8 +177,14 @@ class Kernel:
 
         if i < len(self.inputs) and self.inputs[i].dims is None:  # a runtime scalar
             p = self.inputs[i]
+            if isinstance(t, torch.Tensor):  # read by the kernel from device memory (CUDA graphs)
+                if t.dtype != torch.int32 or t.numel() != 1:
+                    raise error(p.loc, f"runtime scalar `{p.name}` takes a Python int or a one-element int32 tensor, "
+                                f"got a {t.dtype} tensor of shape {tuple(t.shape)}")
+                return t
             if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
-                raise error(p.loc, f"runtime scalar `{p.name}` takes a Python int, got {type(t).__name__} {t!r}")
+                raise error(p.loc, f"runtime scalar `{p.name}` takes a Python int or a one-element int32 tensor, "
+                            f"got {type(t).__name__} {t!r}")
             if not 0 <= int(t) < 2**31:
                 raise error(p.loc, f"runtime scalar `{p.name}` is {int(t)}; it must be in [0, 2^31)",
                             "index values are non-negative i32")
@@ -231,15 +239,19 @@ class Kernel:
 
         return tuned_config(self.cache.root, self.path, self.text, dict(sorted(dims.items())), self.target)
 
-    def specialize(self, dims: dict[str, int]):
-        key = tuple(sorted(dims.items()))
+    def specialize(self, dims: dict[str, int], scalar_refs: tuple[str, ...] = ()):
+        """The compiled kernel at `dims` whose runtime scalars `scalar_refs` are read from a
+        one-element device tensor (the reference interpreter takes their values instead)."""
+        if self.target == INTERP:
+            scalar_refs = ()
+        key = (tuple(sorted(dims.items())), tuple(sorted(scalar_refs)))
         if key not in self._built:
             overrides = {**self.consts_for(dims), **dims}
             if self.target == INTERP:
                 module = driver.optimize(driver.frontend(self.path, overrides), "tilelang")
                 self._built[key] = (_Interpreted(module), _interpreter(module))
             else:
-                artifact = driver.compile_file(self.path, self.target, overrides, self.cache)
+                artifact = driver.compile_file(self.path, self.target, overrides, self.cache, scalar_refs)
                 self._built[key] = (artifact, build(artifact, self.cache))
         return self._built[key]
 
@@ -248,23 +260,30 @@ class Kernel:
         GPU targets); returns torch tensors. Raises TkError for a wrong count, rank, dtype or dim,
         TypeError for an argument that is neither.
 
+        A runtime scalar is a Python int, or a one-element int32 tensor on the inputs' device that
+        the kernel reads when it runs: a CUDA graph that captured the call replays it at whatever
+        value the tensor then holds (one compile serves both forms' values; each form is its own
+        specialization).
+
         Decoding calls small kernels at a high rate, so a call whose tensor inputs have the
         shapes, dtypes and device of an earlier call skips the argument checks and the
         specialization lookup (a per-signature fast path); runtime scalars, their `requires` and
-        index-tensor values are still checked on every call."""
+        index-tensor values are still checked on every call (reading a tensor scalar or an index
+        tensor costs a host sync; see `assume_valid` for CUDA-graph capture)."""
         import torch
 
         key = None
         if len(tensors) == len(self.inputs):
             try:
-                key = tuple((t.shape, t.dtype, t.device) if p.dims is not None else (type(t) is int)
-                            for p, t in zip(self.inputs, tensors))
+                key = tuple((t.shape, t.dtype, t.device) if p.dims is not None or isinstance(t, torch.Tensor)
+                            else (type(t) is int) for p, t in zip(self.inputs, tensors))
             except AttributeError:  # a numpy array or a bad argument: the slow path reports it
                 key = None
         fast = self._fast.get(key) if key is not None else None
         if fast is None:
             tensors = tuple(self._as_tensor(t, i) for i, t in enumerate(tensors))
-            artifact, jit = self.specialize(self.bind_dims(tensors))
+            refs = tuple(p.name for p, t in zip(self.inputs, tensors) if p.dims is None and not isinstance(t, int))
+            artifact, jit = self.specialize(self.bind_dims(tensors), refs)
             module = artifact.module
             args = module.func.body.args
             outs = [(a.type.concrete_shape(module.env), getattr(torch, TORCH_DTYPES[a.type.dtype]))
@@ -287,11 +306,39 @@ class Kernel:
         mut = arrays[len(arrays) - self.n_mutable:]  # the `mut` outputs' tensors, in order
         arrays = arrays[:len(arrays) - self.n_mutable]
         given = iter(mut)
-        if runtime:
-            check_runtime(module, dict(zip(scalar_names, values)))
-        if indexed:
-            check_indices(module, {name: arrays[k] for k, name, _ in indexed}, {name: hi for _, name, hi in indexed})
         device = (arrays or mut)[0].device
+        refs = [(n, t) for n, t in zip(scalar_names, values) if not isinstance(t, int)]
+        for n, t in refs:
+            if t.device != device:
+                raise error(self.ast.loc, f"runtime scalar `{n}` is a tensor on {t.device}, but the kernel runs on "
+                            f"{device}", f"put `{n}` on {device}")
+        if refs or indexed:
+            if _assumed.get():
+                pass  # the caller vouches for the values (assume_valid): no host sync
+            elif device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                what = f"runtime scalar `{refs[0][0]}`" if refs else f"index tensor `{indexed[0][1]}`"
+                raise error(self.ast.loc, f"`{self.ast.name}` checks the value of {what} before it launches, which "
+                            "needs a host sync that CUDA-graph capture forbids",
+                            "check the values yourself and capture inside `with tkc.assume_valid():`")
+            else:
+                for n, t in refs:
+                    v = int(t.reshape(()).item())  # one host sync
+                    if not 0 <= v < 2**31:
+                        p = next(p for p in self.inputs if p.name == n)
+                        raise error(p.loc, f"runtime scalar `{n}` is {v}; it must be in [0, 2^31)",
+                                    "index values are non-negative i32")
+                if runtime:
+                    check_runtime(module, {n: t if isinstance(t, int) else int(t.reshape(()).item())
+                                           for n, t in zip(scalar_names, values)})
+                if indexed:
+                    check_indices(module, {name: arrays[k] for k, name, _ in indexed},
+                                  {name: hi for _, name, hi in indexed})
+        elif runtime:
+            check_runtime(module, dict(zip(scalar_names, values)))
+        if self.target == INTERP:  # the interpreter takes values
+            values = [t if isinstance(t, int) else int(t.reshape(()).item()) for t in values]
+        else:
+            values = [t if isinstance(t, int) else t.reshape(1) for t in values]
         outputs = []
         for p, (shape, dtype) in zip(self.ast.outputs, outs):
             if p.mutable:
@@ -309,6 +356,23 @@ class Kernel:
     @property
     def n_mutable(self) -> int:
         return sum(p.mutable for p in self.ast.outputs)
+
+
+_assumed = contextvars.ContextVar("tkc_assume_valid", default=False)
+
+
+@contextlib.contextmanager
+def assume_valid():
+    """Inside this block, kernel calls do not check the values of runtime scalars passed as
+    device tensors (their range and `requires` clauses) or of index tensors (token ids): no host
+    sync, so the calls can be captured in a CUDA graph (`torch.cuda.graph`). The caller
+    guarantees the values; an out-of-range one reads or writes outside the tensors. Calls with
+    Python-int scalars are still checked (on the host, no sync)."""
+    token = _assumed.set(True)
+    try:
+        yield
+    finally:
+        _assumed.reset(token)
 
 
 def check_runtime(module, values: dict[str, int]) -> None:

@@ -37,10 +37,11 @@ def gxx() -> str | None:
     return None if r.returncode else path
 
 
-def build(source: str, dtypes: list[str], n_scalars: int, workdir: str) -> str:
+def build(source: str, dtypes: list[str], n_scalars: int, workdir: str, refs=()) -> str:
     """Compile CUDA `source` (tensor arguments of `dtypes`, then `n_scalars` int scalars) into an
     executable `workdir/k` that reads the tensors' bytes from argv[1], the scalars from argv[3:],
-    runs the grid and writes the tensors' bytes to argv[2]; returns its path."""
+    runs the grid and writes the tensors' bytes to argv[2]; returns its path. Scalars at the
+    positions `refs` are passed by address (the kernel reads them from memory: `scalar_refs`)."""
     config = cuda.launch_config(source)
     if config["cluster"] != [1, 1, 1]:
         raise ValueError("the CPU emulation runs no thread-block clusters")
@@ -52,7 +53,7 @@ def build(source: str, dtypes: list[str], n_scalars: int, workdir: str) -> str:
     reads = "\n".join(f"    if (fread(b{i}.data(), 1, b{i}.size(), f) != b{i}.size()) return 3;" for i in range(len(dtypes)))
     writes = "\n".join(f"    fwrite(b{i}.data(), 1, b{i}.size(), f);" for i in range(len(dtypes)))
     args = [f"reinterpret_cast<{C_TYPES[dt]}*>(b{i}.data())" for i, dt in enumerate(dtypes)]
-    args += [f"s{j}" for j in range(n_scalars)]
+    args += [f"&s{j}" if j in refs else f"s{j}" for j in range(n_scalars)]
     scalars = "\n".join(f"    const int s{j} = std::stoi(argv[{3 + j}]);" for j in range(n_scalars))
     main = f"""
 #include <string>
@@ -102,9 +103,11 @@ class Emulated:
 
     def __init__(self, module):
         self.dtypes = [a.type.dtype for a in module.func.body.args]
-        self.n_scalars = len(module.func.attrs.get("scalars", []))
+        scalars = module.func.attrs.get("scalars", [])
+        self.n_scalars = len(scalars)
+        refs = [j for j, (n, _, _) in enumerate(scalars) if n in module.func.attrs.get("scalar_refs", [])]
         self._dir = tempfile.TemporaryDirectory()
-        self.exe = build(cuda.emit(module), self.dtypes, self.n_scalars, self._dir.name)
+        self.exe = build(cuda.emit(module), self.dtypes, self.n_scalars, self._dir.name, refs)
 
     def __call__(self, arrays: list[np.ndarray], outputs: list[int], scalars=(), keep=()) -> list[np.ndarray]:
         """`keep`: positions of outputs updated in place (`mut`): they start as given, not NaN,
@@ -128,18 +131,22 @@ class Emulated:
         return out
 
 
-def check_against_torch(path: str, defines=None, dists=None, scalars=None) -> None:
+def check_against_torch(path: str, defines=None, dists=None, scalars=None, scalar_refs: bool = False) -> None:
     """Compile the kernel at `path` (with `defines`) once for the emulation and compare every
     output with torch in float64 (the kernel's `reference`) on seeded inputs of each
     distribution in `dists` (default: all of tkc.oracle's), within the oracle's derived
-    tolerance; runtime scalars as tkc.oracle.scalar_values gives them (or `scalars`). Raises
+    tolerance; runtime scalars as tkc.oracle.scalar_values gives them (or `scalars`), read from
+    memory by the kernel with `scalar_refs` (as when a caller passes device tensors). Raises
     AssertionError on a mismatch or an element left unwritten."""
     import torch
 
     from tkc import driver, oracle
 
     module = driver.frontend(path, defines or {})
-    kernel = Emulated(driver.optimize(driver.frontend(path, defines or {}), "cuda"))
+    final = driver.optimize(driver.frontend(path, defines or {}), "cuda")
+    if scalar_refs:
+        final.func.attrs["scalar_refs"] = [n for n, _, _ in final.func.attrs.get("scalars", [])]
+    kernel = Emulated(final)
     budgets = oracle.error_budgets(module)
     outs = oracle.outputs(module)
     mutable = module.func.attrs.get("mutable", [])

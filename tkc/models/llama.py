@@ -10,9 +10,11 @@ the down GEMV and the residual; then the final `rmsnorm.tk` and the classifier G
 row comes from `embedding.tk`. Between kernels only views of the same memory change shape ([D, 1]
 GEMV outputs read as [1, D] rows).
 
-This first version runs in f32 (the checkpoint's float weights; an int8 checkpoint's dequantized
-ones), one Python call per kernel; the CUDA-graph capture of a whole step, f16 and int8 kernels,
-`tkc llama` and its benchmark are still to come (issue 11).
+On the GPU the whole step is one CUDA graph: the token id and the position live in one-element
+int32 device tensors that the kernels read when they run (runtime scalars passed as tensors,
+docs/LANGUAGE.md), so the graph captured at the first step replays at every later one after two
+host-to-device writes; the per-kernel launch cost (about 2 us each, 15 kernels per layer) is
+paid once per step. On the CPU targets each kernel is one Python call.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ class Llama:
             the file's or quantized here, through `matmul_q8.tk`, with `silu_mul.tk` between the
             FFN's GEMVs; f16 KV caches; activations f32, not quantized as runq.c does).
 
+        graph: capture the step in one CUDA graph (default: on the GPU targets). The first step
+            runs the kernels one by one and captures them; later steps replay the graph.
+
     `step(token, pos)` returns the logits [vocab_size] (f32) after token `token` at position
     `pos`; positions are fed in order from 0 (the KV caches hold what earlier steps wrote).
     Raises ValueError for an unknown dtype, a position outside the context or a token outside
@@ -78,7 +83,7 @@ class Llama:
     """
 
     def __init__(self, config: Config, weights: Weights, target: str | None = None, cache_dir: str | None = None,
-                 dtype: str = "f32"):
+                 dtype: str = "f32", graph: bool | None = None):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.c = c = config
@@ -112,6 +117,12 @@ class Llama:
         self.key_cache = torch.zeros(c.n_layers, c.seq_len, c.kv_dim, device=device, dtype=cache_dtype)
         self.value_cache = torch.zeros_like(self.key_cache)
         self._ids = torch.zeros(1, dtype=torch.int32, device=device)
+        self._pos = torch.zeros(1, dtype=torch.int32, device=device)  # the position, read by the kernels
+        self.graph = device == "cuda" if graph is None else bool(graph)
+        if self.graph and device != "cuda":
+            raise ValueError(f"graph=True needs a GPU target (cuda or tilelang), got {self.target!r}")
+        self._graph = None  # torch.cuda.CUDAGraph of one step, captured at the first step
+        self._logits = None  # the graph's output
 
     @classmethod
     def load(cls, path: str, target: str | None = None, cache_dir: str | None = None, dtype: str = "f32") -> "Llama":
@@ -156,12 +167,29 @@ class Llama:
 
     @torch.no_grad()
     def step(self, token: int, pos: int) -> torch.Tensor:
-        c, k, w = self.c, self.k, self.w
+        c = self.c
         if not 0 <= pos < c.seq_len:
             raise ValueError(f"position {pos} outside the model's context of {c.seq_len}")
         if not 0 <= token < c.vocab_size:
             raise ValueError(f"token {token} outside the vocabulary of {c.vocab_size}")
         self._ids.fill_(token)
+        if not self.graph:
+            return self.forward(pos)
+        self._pos.fill_(pos)
+        if self._graph is not None:
+            self._graph.replay()
+            return self._logits.clone()
+        logits = self.forward(self._pos)  # compiles the kernels (tensor-scalar forms) and loads them
+        torch.cuda.synchronize()
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph), tkc.assume_valid():  # token and position checked above
+            self._logits = self.forward(self._pos)  # captured, not run
+        return logits
+
+    def forward(self, pos) -> torch.Tensor:
+        """One step's kernels for the token in `self._ids` at position `pos` (an int, or the
+        one-element device tensor `self._pos`); the logits."""
+        c, k, w = self.c, self.k, self.w
         x = k["embedding"](w["token_embedding"], self._ids)  # [1, dim]
         for layer in range(c.n_layers):
             xb = k["rmsnorm"](x, w["rms_att"][layer].view(1, c.dim))
