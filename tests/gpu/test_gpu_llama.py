@@ -49,9 +49,13 @@ def cache_dir(tmp_path_factory):
 
 
 @pytest.mark.parametrize("dtype, n_kv_heads", [("f32", 6), ("f32", 2), ("f16", 6), ("int8", 3)])
-def test_graph_step_logits_match_the_reference(cache_dir, dtype, n_kv_heads):
+def test_graph_step_logits_match_the_reference(tmp_path, cache_dir, dtype, n_kv_heads):
+    """int8 reads a version 2 file, so the reference runs its dequantized weights."""
     config = _stories15m(n_kv_heads)
     weights = lf.random_weights(config, seed=n_kv_heads, scale=0.1)
+    if dtype == "int8":
+        lf.write_v2(tmp_path / "model.bin", config, weights, group_size=32)
+        config, weights = lf.load_checkpoint(tmp_path / "model.bin")
     model = Llama(config, weights, target="cuda", cache_dir=cache_dir, dtype=dtype)
     assert model.graph
     ref = TorchLlama(config, weights, device="cuda", dtype=torch.float64)
