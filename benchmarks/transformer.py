@@ -96,6 +96,7 @@ def eager_fns():
         "attention_split": attention,
         "embedding": lambda e, ids: F.embedding(ids, e),
         "rmsnorm_matmul": lambda x, g, w: w @ F.rms_norm(x, (x.shape[1],), g[0], 1e-5).T,
+        "matmul_residual": lambda w, x, r: r + w @ x.T,
         "ffn_gate": lambda w1, w3, x: F.silu(w1 @ x.T) * (w3 @ x.T),
         "sgemm": lambda a, b: a @ b,
         "_rope": rope,
@@ -146,6 +147,7 @@ def cases(group: str, cpu: bool) -> list[dict]:
                     else:
                         add(kern, {"D": d, "K": k})
             add("rmsnorm_matmul", {"D": dim, "K": dim})
+            add("matmul_residual", {"D": dim, "K": hidden})
             add("ffn_gate", {"H": hidden, "K": dim})
         return out
     # targets: the target shapes (its elementwise targets are f16: the examples with

@@ -56,6 +56,7 @@ SPECS: dict[str, Spec] = {
     # GS: whole groups of 8-wide chunks (and 2- or 1-wide at the edges)
     "examples/matmul_q8.tk": Spec({"D": 40, "G": 5, "GS": 32}, {"BD": 4, "NG": 2}, {"D": "BD", "G": "NG", "GS": 8},
                                   variants=({"NG": 8, "threads": 64},)),
+    "examples/matmul_residual.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
     "examples/rmsnorm_matmul.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
     "examples/ffn_gate.tk": Spec({"H": 40, "K": 100}, {"BD": 4, "BK": 32}, {"H": "BD", "K": "BK"},
                                  # `wide` puts W1 @ X near -1e3 on whole rows: silu underflows to 0 there

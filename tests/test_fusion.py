@@ -1,6 +1,7 @@
 """The fused decode kernels (issue 10: "each checked against the unfused chain") give what the
 chain of the unfused examples gives on the same inputs: examples/rmsnorm_matmul.tk against
-rmsnorm.tk then matmul.tk, examples/ffn_gate.tk against matmul.tk twice then silu_mul.tk, all
+rmsnorm.tk then matmul.tk, examples/ffn_gate.tk against matmul.tk twice then silu_mul.tk,
+examples/matmul_residual.tk against matmul.tk then accum.tk, all
 through the reference interpreter at small dims that are not multiples of the tiles. Each side
 also matches torch in float64 in tests/test_edges.py; here the bound is the sum of the two sides'
 derived tolerances, relative to the largest output.
@@ -53,3 +54,15 @@ def test_ffn_gate_matches_the_unfused_chain(dist):
     tol = _tol("ffn_gate", {"H": h, "K": k}) + 2 * _tol("matmul", {"D": h, "K": k}) + _tol("silu_mul", {"B": 1, "H": h})
     assert oracle.rel_error(fused, chain.double()) <= tol
     assert not torch.equal(fused, torch.zeros_like(fused))
+
+
+@pytest.mark.parametrize("dist", ["normal", "wide", "ints"])
+def test_matmul_residual_matches_the_unfused_chain(dist):
+    d, k = 40, 100
+    module = driver.frontend(os.path.join(ROOT, "examples", "matmul_residual.tk"), {"D": d, "K": k})
+    w, x, r = oracle.random_inputs(module, 0, "cpu", dist)
+    fused = _kernel("matmul_residual")(w, x, r)
+    chain = _kernel("accum")(r.reshape(1, d), _kernel("matmul")(w, x).reshape(1, d)).reshape(d, 1)
+    tol = _tol("matmul_residual", {"D": d, "K": k}) + _tol("matmul", {"D": d, "K": k}) + _tol("accum", {"B": 1, "N": d})
+    assert oracle.rel_error(fused, chain.double()) <= tol
+    assert oracle.rel_error(fused, _kernel("matmul")(w, x).double()) > tol  # the residual is there

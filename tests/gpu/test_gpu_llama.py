@@ -111,7 +111,7 @@ def test_device_scalars_replay_in_a_graph(cache_dir, target, name):
     pos_t = torch.zeros(1, dtype=torch.int32, device="cuda")
     static = [pos_t if i == at else t.clone() for i, t in enumerate(inputs)]
     k(*static)  # loads the kernel (a checked call)
-    with pytest.raises(TkError, match="assume_valid"):
+    with pytest.raises(TkError, match="CUDA-graph capture forbids"):
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             k(*static)

@@ -1,20 +1,23 @@
 """llama2.c's transformer on tkc kernels (issue 11): every operation of a decode step is a kernel
 compiled from `examples/`.
 
-One step (run.c's `forward`) for token `token` at position `pos`, per layer: `rmsnorm.tk`, the
-q/k/v GEMVs (`matmul.tk`), RoPE on q and k (`rope.tk`, head size HD), the key/value rows written
-into the layer's caches (`kv_store.tk`, `mut` outputs), attention over positions 0..pos with
-grouped-query heads (`attention.tk`, KVD = n_kv_heads * head_size), the output GEMV and the
-residual (`accum.tk`), `rmsnorm.tk`, the SwiGLU up-projections and gate fused (`ffn_gate.tk`),
-the down GEMV and the residual; then the final `rmsnorm.tk` and the classifier GEMV; the token's
-row comes from `embedding.tk`. Between kernels only views of the same memory change shape ([D, 1]
-GEMV outputs read as [1, D] rows).
+One step (run.c's `forward`) for token `token` at position `pos`: the token's row from
+`embedding.tk`; per layer, with f32 or f16 weights, `rmsnorm_matmul.tk` (the attention rmsnorm
+fused into one GEMV over wq, wk and wv stacked by rows), `rope.tk` on q and k together (head size
+HD), the key/value rows written into the layer's caches (`kv_store.tk`, `mut` outputs),
+attention over positions 0..pos with grouped-query heads (`attention.tk`, KVD = n_kv_heads *
+head_size), `matmul_residual.tk` (wo and the residual add), `rmsnorm.tk`, `ffn_gate.tk` (the
+SwiGLU up-projections and gate), `matmul_residual.tk` (w2 and the residual); then
+`rmsnorm_matmul.tk` for the final norm and the classifier. With int8 weights the GEMVs are
+`matmul_q8.tk` (q/k/v stacked, w1/w3 stacked), with `rmsnorm.tk`, `silu_mul.tk` and `accum.tk`
+between them. Between kernels only views of the same memory change shape ([D, 1] GEMV outputs
+read as [1, D] rows).
 
 On the GPU the whole step is one CUDA graph: the token id and the position live in one-element
 int32 device tensors that the kernels read when they run (runtime scalars passed as tensors,
 docs/LANGUAGE.md), so the graph captured at the first step replays at every later one after two
-host-to-device writes; the per-kernel launch cost (about 2 us each, 15 kernels per layer) is
-paid once per step. On the CPU targets each kernel is one Python call.
+host-to-device writes; the Python and launch cost of each kernel is paid once, at capture. On
+the CPU targets each kernel is one Python call.
 """
 
 from __future__ import annotations
@@ -93,26 +96,35 @@ class Llama:
         self._workdir = tempfile.TemporaryDirectory(prefix="tkc-llama-")
         work = self._workdir.name
         caches = {"KC": "f32", "VC": "f32"} if dtype == "f32" else None  # the files' caches are f16
-        self.gemv_name = {"f32": "matmul", "f16": "matmul_f16", "int8": "matmul_q8"}[dtype]
-        ffn = ("silu_mul", None) if dtype == "int8" else ("ffn_gate", {"W1": "f16", "W3": "f16"} if dtype == "f16"
-                                                          else None)
-        plan = [("embedding", None, {}), ("rmsnorm", None, {}), (self.gemv_name, None, {}),
-                ("rope", {"X": "f32", "Y": "f32"}, {"HD": c.head_size}), ("kv_store", caches, {}),
-                ("attention", caches, {}), ("accum", None, {}), (*ffn, {})]
+        rope = ("rope", {"X": "f32", "Y": "f32"}, {"HD": c.head_size})
+        common = [("embedding", None, {}), rope, ("kv_store", caches, {}), ("attention", caches, {})]
+        if dtype == "int8":
+            plan = common + [("rmsnorm", None, {}), ("matmul_q8", None, {}), ("accum", None, {}),
+                             ("silu_mul", None, {})]
+        else:
+            w16 = {"W": "f16"} if dtype == "f16" else None
+            plan = common + [("rmsnorm", None, {}), ("rmsnorm_matmul", w16, {}), ("matmul_residual", w16, {}),
+                             ("ffn_gate", {"W1": "f16", "W3": "f16"} if dtype == "f16" else None, {})]
         self.k = {name: tkc.compile(example_variant(name, work, retype), target=self.target, cache_dir=cache_dir,
                                     **consts) for name, retype, consts in plan}
-        mats = ("wq", "wk", "wv", "wo", "w1", "w2", "w3", "wcls")
         self.w = {n: getattr(weights, n).to(device=device, dtype=torch.float32).contiguous()
                   for n in ("token_embedding", "rms_att", "rms_ffn", "rms_final")}
-        if dtype == "f32":
-            self.w.update({n: getattr(weights, n).to(device=device, dtype=torch.float32).contiguous() for n in mats})
-        elif dtype == "f16":
-            self.w.update({n: getattr(weights, n).to(device=device, dtype=torch.float16).contiguous() for n in mats})
-        else:
+        # q, k and v come from one GEMV over their weights stacked by rows (wqkv); with int8, so do
+        # w1 and w3 (w13; f32 and f16 fuse them in ffn_gate instead)
+        stacked = {"wqkv": ("wq", "wk", "wv"), "wo": ("wo",), "w2": ("w2",), "wcls": ("wcls",)}
+        if dtype == "int8":
+            stacked["w13"] = ("w1", "w3")
             self.q = {}
-            for n in mats:
-                q, scales = weights.quantized.get(n) or self._quantize(getattr(weights, n))
-                self.q[n] = (q.to(device).contiguous(), scales.to(device=device, dtype=torch.float32).contiguous())
+            for name, parts in stacked.items():
+                qs = [weights.quantized.get(n) or self._quantize(getattr(weights, n)) for n in parts]
+                q = torch.cat([a for a, _ in qs], dim=-2)
+                scales = torch.cat([b.reshape(*a.shape[:-1], -1) for a, b in qs], dim=-2)
+                self.q[name] = (q.to(device).contiguous(), scales.to(device=device, dtype=torch.float32).contiguous())
+        else:
+            stacked.update(w1=("w1",), w3=("w3",))
+            wdt = torch.float32 if dtype == "f32" else torch.float16
+            self.w.update({name: torch.cat([getattr(weights, n) for n in parts], dim=-2).to(device=device, dtype=wdt)
+                           .contiguous() for name, parts in stacked.items()})
         cache_dtype = torch.float32 if dtype == "f32" else torch.float16
         self.key_cache = torch.zeros(c.n_layers, c.seq_len, c.kv_dim, device=device, dtype=cache_dtype)
         self.value_cache = torch.zeros_like(self.key_cache)
@@ -154,10 +166,7 @@ class Llama:
         return quantize_q80(w.float(), _group_size(w.shape[-1], self.c.group_size))
 
     def gemv(self, name: str, x: torch.Tensor, layer: int | None = None) -> torch.Tensor:
-        """W @ x for weight `name` (of `layer`) and the activation row x [1, K]; returns [D, 1]."""
-        if self.dtype != "int8":
-            w = self.w[name] if layer is None else self.w[name][layer]
-            return self.k[self.gemv_name](w, x)
+        """int8: W @ x for weight `name` (of `layer`) and the activation row x [1, K]; [D, 1]."""
         q, s = self.q[name]
         if layer is not None:
             q, s = q[layer], s[layer]
@@ -188,23 +197,37 @@ class Llama:
 
     def forward(self, pos) -> torch.Tensor:
         """One step's kernels for the token in `self._ids` at position `pos` (an int, or the
-        one-element device tensor `self._pos`); the logits."""
+        one-element device tensor `self._pos`); the logits.
+
+        Per layer with f32 and f16 weights, 8 kernels: rmsnorm_matmul (the attention rmsnorm
+        and the stacked q/k/v GEMV), rope (q and k together: both are rows of head_size
+        pairs), kv_store, attention, matmul_residual (wo and the residual), rmsnorm, ffn_gate
+        (w1, w3 and SwiGLU's gate), matmul_residual (w2 and the residual). With int8 weights,
+        12: the norms, GEMVs (q/k/v stacked, w1/w3 stacked) and residuals separate."""
         c, k, w = self.c, self.k, self.w
+        dim, kv = c.dim, c.kv_dim
         x = k["embedding"](w["token_embedding"], self._ids)  # [1, dim]
         for layer in range(c.n_layers):
-            xb = k["rmsnorm"](x, w["rms_att"][layer].view(1, c.dim))
-            q = k["rope"](self.gemv("wq", xb, layer).view(1, c.dim), pos)
-            key = k["rope"](self.gemv("wk", xb, layer).view(1, c.kv_dim), pos)
-            value = self.gemv("wv", xb, layer).view(1, c.kv_dim)
-            k["kv_store"](key, value, pos, self.key_cache[layer], self.value_cache[layer])
-            o = k["attention"](q.view(c.n_heads, c.head_size), self.key_cache[layer], self.value_cache[layer], pos)
-            x = k["accum"](x, self.gemv("wo", o.view(1, c.dim), layer).view(1, c.dim))
-            xb = k["rmsnorm"](x, w["rms_ffn"][layer].view(1, c.dim))
             if self.dtype == "int8":
-                hb = k["silu_mul"](self.gemv("w1", xb, layer).view(1, c.hidden_dim),
-                                   self.gemv("w3", xb, layer).view(1, c.hidden_dim))
+                qkv = self.gemv("wqkv", k["rmsnorm"](x, w["rms_att"][layer].view(1, dim)), layer)
             else:
+                qkv = k["rmsnorm_matmul"](x, w["rms_att"][layer].view(1, dim), w["wqkv"][layer])
+            qkv = qkv.view(1, dim + 2 * kv)
+            qk = k["rope"](qkv[:, :dim + kv], pos)  # [1, dim + kv]: q's heads, then k's
+            k["kv_store"](qk[:, dim:], qkv[:, dim + kv:], pos, self.key_cache[layer], self.value_cache[layer])
+            o = k["attention"](qk[0, :dim].view(c.n_heads, c.head_size), self.key_cache[layer],
+                               self.value_cache[layer], pos)
+            if self.dtype == "int8":
+                x = k["accum"](x, self.gemv("wo", o.view(1, dim), layer).view(1, dim))
+                xb = k["rmsnorm"](x, w["rms_ffn"][layer].view(1, dim))
+                h13 = self.gemv("w13", xb, layer).view(1, 2 * c.hidden_dim)
+                hb = k["silu_mul"](h13[:, :c.hidden_dim], h13[:, c.hidden_dim:])
+                x = k["accum"](x, self.gemv("w2", hb, layer).view(1, dim))
+            else:
+                x = k["matmul_residual"](w["wo"][layer], o.view(1, dim), x.view(dim, 1)).view(1, dim)
+                xb = k["rmsnorm"](x, w["rms_ffn"][layer].view(1, dim))
                 hb = k["ffn_gate"](w["w1"][layer], w["w3"][layer], xb).view(1, c.hidden_dim)
-            x = k["accum"](x, self.gemv("w2", hb, layer).view(1, c.dim))
-        x = k["rmsnorm"](x, w["rms_final"].view(1, c.dim))
-        return self.gemv("wcls", x).view(c.vocab_size)
+                x = k["matmul_residual"](w["w2"][layer], hb, x.view(dim, 1)).view(1, dim)
+        if self.dtype == "int8":
+            return self.gemv("wcls", k["rmsnorm"](x, w["rms_final"].view(1, dim))).view(c.vocab_size)
+        return k["rmsnorm_matmul"](x, w["rms_final"].view(1, dim), w["wcls"]).view(c.vocab_size)
