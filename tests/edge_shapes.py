@@ -50,7 +50,8 @@ SPECS: dict[str, Spec] = {
     "examples/cluster_reduce_dsmem.tk": Spec({"B": 4, "N": 72}, {}, {"B": 2, "N": 16}, even=("B",)),
     "examples/cluster_reduce_dsmem_pull.tk": Spec({"B": 4, "N": 72}, {}, {"B": 2, "N": 16}, even=("B",)),
     "examples/cluster_reduce_hbm.tk": Spec({"B": 4, "N": 72}, {}, {"B": 2, "N": 16}, even=("B",)),
-    "examples/rmsnorm.tk": Spec({"B": 3, "N": 72}, {"threads": 128}, {"B": 1, "N": 16}),  # N: whole rows
+    "examples/rmsnorm.tk": Spec({"B": 3, "N": 72}, {"threads": 128, "BR": 2}, {"B": "BR", "N": 16},  # N: whole rows
+                                variants=({"BR": 1},)),
     "examples/matmul.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
     "examples/matmul_f16.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
     # GS: whole groups of 8-wide chunks (and 2- or 1-wide at the edges)

@@ -99,11 +99,11 @@ class Llama:
         rope = ("rope", {"X": "f32", "Y": "f32"}, {"HD": c.head_size})
         common = [("embedding", None, {}), rope, ("kv_store", caches, {}), ("attention", caches, {})]
         if dtype == "int8":
-            plan = common + [("rmsnorm", None, {}), ("matmul_q8", None, {}), ("accum", None, {}),
+            plan = common + [("rmsnorm", None, {"BR": 1}), ("matmul_q8", None, {}), ("accum", None, {}),
                              ("silu_mul", None, {})]
         else:
             w16 = {"W": "f16"} if dtype == "f16" else None
-            plan = common + [("rmsnorm", None, {}), ("rmsnorm_matmul", w16, {}), ("matmul_residual", w16, {}),
+            plan = common + [("rmsnorm", None, {"BR": 1}), ("rmsnorm_matmul", w16, {}), ("matmul_residual", w16, {}),
                              ("ffn_gate", {"W1": "f16", "W3": "f16"} if dtype == "f16" else None, {})]
         self.k = {name: tkc.compile(example_variant(name, work, retype), target=self.target, cache_dir=cache_dir,
                                     **consts) for name, retype, consts in plan}
