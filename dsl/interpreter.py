@@ -82,8 +82,14 @@ def run(module: Module, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     args = module.func.body.args
     outs = set(module.func.attrs.get("outputs", []))
     arrays: dict[int, np.ndarray] = {}
+    # a dense sampled-gemm output is 0 off the pattern (tiles without an entry are never visited)
+    zeroed = {id(op.operands[4]) for op in module.func.walk()
+              if op.name == "tile.sampled_gemm" and op.operands[4].type.rank == 2}
     for i, a in enumerate(args):
         shape = a.type.concrete_shape(env)
+        if id(a) in zeroed:
+            arrays[id(a)] = np.zeros(shape, np_dtype(a.type.dtype))
+            continue
         if i in outs and (i not in module.func.attrs.get("mutable", []) or a.name not in inputs):
             arrays[id(a)] = _poison(shape, a.type.dtype)  # a `mut` output without its old value: all poison
             continue
@@ -119,6 +125,8 @@ class RaceError(ProgramError):
 def _launch(op: Op, env: dict[str, int], arrays: dict[int, np.ndarray]) -> None:
     """Run every block; the blocks of a cluster run in lockstep between cluster barriers, in
     rank order within a phase, and peer accesses that race are reported (RaceError)."""
+    if "tiles" in op.attrs:
+        return _launch_tiles(op, env, arrays)
     extents = [exprs.evaluate(exprs.parse(g), env) for g in op.attrs["grid"]]
     csize = [exprs.evaluate(exprs.parse(c), env) for c in op.attrs.get("cluster", ["1"] * len(extents))]
     ranks = op.attrs.get("ranks", [])
@@ -131,6 +139,25 @@ def _launch(op: Op, env: dict[str, int], arrays: dict[int, np.ndarray]) -> None:
             scope = {**env, **dict(zip(op.attrs["vars"], point)), **dict(zip(ranks, rank))}
             blocks[rank] = _Block(arrays, scope)
         _run_cluster(op, blocks)
+
+
+def _launch_tiles(op: Op, env: dict[str, int], arrays: dict[int, np.ndarray]) -> None:
+    """A grid over the tiles of a sparse pattern that hold an entry, in row-major tile order."""
+    gemm = next((o for o in op.body.ops if o.name == "tile.sampled_gemm"), None)
+    if gemm is None:
+        raise ProgramError(op.loc, f"the grid over the tiles of `{op.attrs['tiles']}` samples no gemm")
+    rows, cols = (arrays[id(v)].astype(np.int64) for v in gemm.operands[2:4])
+    bm, bn = (exprs.evaluate(exprs.parse(t), env) for t in op.attrs["tile_shape"])
+    ids = (rows // bm) * (-(-int(cols.max(initial=0) + 1) // bn)) + cols // bn
+    order = np.argsort(ids, kind="stable")
+    starts = np.flatnonzero(np.r_[True, ids[order][1:] != ids[order][:-1]]) if ids.size else np.zeros(0, np.int64)
+    for lo, hi in zip(starts, np.r_[starts[1:], ids.size]):
+        e = order[lo]
+        scope = {**env, **dict(zip(op.attrs["vars"], (int(rows[e] // bm), int(cols[e] // bn))))}
+        block = _Block(arrays, scope)
+        block.entries = order[lo:hi]  # the tile's entries, found once for the grid (op_sampled_gemm)
+        for _ in block.region(op.body.ops):
+            pass
 
 
 def _run_cluster(op: Op, blocks: dict[tuple, "_Block"]) -> None:
@@ -377,6 +404,29 @@ class _Block:
         ct = _compute_dtype(acc.type.dtype) if acc.type.dtype != "f16" else np.float32
         prod = self.arrays[id(a)].astype(ct) @ self.arrays[id(b)].astype(ct)
         self.arrays[id(acc)][...] = round_to(self.arrays[id(acc)].astype(ct) + prod, acc.type.dtype)
+
+    def op_sampled_gemm(self, op: Op) -> None:
+        """out at each entry (i, j) of the pattern in this tile = dot(a[i, :], b[:, j]) in f32."""
+        a, b, rows, cols, out = op.operands
+        r0, c0 = self.val(op.attrs["a_offsets"][0]), self.val(op.attrs["b_offsets"][1])
+        bm, bn = (self.val(t) for t in op.attrs["tile"])
+        r, c = self.arrays[id(rows)].astype(np.int64), self.arrays[id(cols)].astype(np.int64)
+        (m, _), (_, n) = self.arrays[id(a)].shape, self.arrays[id(b)].shape
+        if r.size and (r.min() < 0 or r.max() >= m or c.min() < 0 or c.max() >= n):
+            raise ProgramError(op.loc, f"an entry of `{op.attrs['pattern']}` lies outside its {m} x {n} shape")
+        e = getattr(self, "entries", None)
+        if e is None:
+            e = np.nonzero((r >= r0) & (r < r0 + bm) & (c >= c0) & (c < c0 + bn))[0]
+        elif e.size and not ((r[e] >= r0) & (r[e] < r0 + bm) & (c[e] >= c0) & (c[e] < c0 + bn)).all():
+            raise ProgramError(op.loc, "the sampled gemm is not at its tile's corner")
+        ct = _compute_dtype(out.type.dtype)
+        va, vb = self.arrays[id(a)][r[e]].astype(ct), self.arrays[id(b)][:, c[e]].astype(ct)
+        dots = np.einsum("ek,ke->e", va, vb)
+        dst = self.arrays[id(out)]
+        if out.type.rank == 1:
+            dst[e] = round_to(dots, out.type.dtype)
+        else:
+            dst[r[e], c[e]] = round_to(dots, out.type.dtype)
 
     def op_for(self, op: Op):
         var = op.attrs["var"]

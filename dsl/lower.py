@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dsl import ast as A
 from dsl import exprs
+from dsl import lower_sparse as S
 from dsl import ops as O
 from dsl.diagnostics import Loc, error
 from dsl.ir import Module, Region, Value
@@ -69,6 +70,8 @@ class _Lowerer(ExprLowerer):
         self.number_memo: dict = {}  # AST node id -> its value as a number (ExprLowerer.number)
         self.region: Region | None = None
         self.cluster = 0
+        self.sparse: dict = {}  # sparse pattern name -> (param, M, N, NNZ, [rows, cols]) (dsl/lower_sparse.py)
+        self.tiles = None  # (pattern, BM, BN, m, n) inside `grid (tiles(S, BM, BN)) as (m, n)`
 
     # ---- environment ------------------------------------------------------------------------
     def run(self) -> Module:
@@ -120,8 +123,9 @@ class _Lowerer(ExprLowerer):
                 raise error(loc, f"dim `{name}` has no value",
                             f"add a default (`where {name} = 1024`) or pass `-D {name}=...`")
         self.consts = {n: self.overrides.get(n, v) for n, (v, _) in k.consts.items()}
+        entries = {p.dims[2][0] for p in k.inputs if S.is_sparse(p) and p.dims and len(p.dims) == 3}
         for name, v in self.dims.items():
-            if v <= 0:
+            if v < 0 or v == 0 and name not in entries:  # a pattern may be empty (0 entries)
                 raise error(dims_used[name], f"dim `{name}` must be positive, got {v}")
         for name, v in self.consts.items():
             if v < 0:  # 0 is a valid switch value (STAGE=0); tile extents are checked where used
@@ -129,14 +133,15 @@ class _Lowerer(ExprLowerer):
         self.env = {**self.dims, **self.consts}
 
         body = Region()
+        n_sparse = sum(S.is_sparse(p) for p in k.inputs)  # a pattern is two arguments (rows, cols)
+        first = len(k.inputs) - len(self.scalars) + n_sparse  # the first output's argument index
         func = self.func = O.FuncOp(regions=[body], loc=k.loc, attrs={
             "sym_name": k.name, "dims": self.dims, "consts": self.consts,
-            "outputs": list(range(len(k.inputs) - len(self.scalars), len(k.inputs) - len(self.scalars) + len(k.outputs))),
+            "outputs": list(range(first, first + len(k.outputs))),
             "reference": k.reference[0] if k.reference else ""})
         if self.scalars:
             func.attrs["scalars"] = [[p.name, p.dtype, k.inputs.index(p)] for p in self.scalars.values()]
         if any(p.mutable for p in k.outputs):  # updated in place: arg indices (dsl/ast.py Param.mutable)
-            first = len(k.inputs) - len(self.scalars)
             func.attrs["mutable"] = [first + i for i, p in enumerate(k.outputs) if p.mutable]
         self.scopes[0].update({name: name for name in self.scalars})
         if not k.outputs:
@@ -144,10 +149,18 @@ class _Lowerer(ExprLowerer):
         for p in k.inputs + k.outputs:
             if p.dims is None:
                 continue
+            if S.is_sparse(p):
+                if p in k.outputs:
+                    raise error(p.loc, f"output `{p.name}` is a sparse pattern; patterns are inputs",
+                                "declare the values as a dense output, e.g. `P: f32[NNZ]`")
+                body.args.extend(S.define_pattern(self, p, self.shape_expr))
+                _, m, n, _, _ = self.sparse[p.name]
+                func.attrs.setdefault("sparse", []).append([p.name, p.dtype, k.inputs.index(p),
+                                                            exprs.to_str(m), exprs.to_str(n)])
+                continue
             if p.dtype not in DTYPES:
                 raise error(p.loc, f"unknown dtype `{p.dtype}` for `{p.name}`", f"use one of {', '.join(DTYPES)}")
-            shape = tuple(exprs.Num(d) if isinstance(d, int) else exprs.Sym(d) if isinstance(d, str)
-                          else self.dim_expr(d, loc) for d, loc in p.dims)
+            shape = tuple(self.shape_expr(d, loc) for d, loc in p.dims)
             v = self.define(p.name, TileType("global", p.dtype, shape), p.loc)
             body.args.append(v)
         for cond in k.requires:
@@ -168,6 +181,12 @@ class _Lowerer(ExprLowerer):
         module = Module(func, source=self.source)
         verify(module, "after lowering")
         return module
+
+    def shape_expr(self, d, loc: Loc) -> exprs.Expr:
+        """A tensor dim as an index expression: a number, a dim name or an expression."""
+        if isinstance(d, int):
+            return exprs.Num(d)
+        return exprs.Sym(d) if isinstance(d, str) else self.dim_expr(d, loc)
 
     def define(self, name: str, type_: TileType, loc: Loc) -> Value:
         if self.lookup(name) is not None:
@@ -214,10 +233,12 @@ class _Lowerer(ExprLowerer):
         if len(grid) > 1:
             raise error(grid[1].loc, "a kernel has one `grid` statement")
         g = grid[0]
-        if len(g.vars) != len(g.extents) or not 1 <= len(g.vars) <= 3:
+        if S.tiles_grid(self, g) is not None:
+            pass  # `grid (tiles(S, BM, BN)) as (m, n)`: one extent, two names (checked there)
+        elif len(g.vars) != len(g.extents) or not 1 <= len(g.vars) <= 3:
             raise error(g.loc, f"the grid has {len(g.extents)} extents and {len(g.vars)} names",
                         "give 1 to 3 extents and one block-index name per extent")
-        extents = [exprs.to_str(self.index(e, allow_vars=False)) for e in g.extents]
+        extents = [] if self.tiles else [exprs.to_str(self.index(e, allow_vars=False)) for e in g.extents]
         if g.threads is not None:
             threads = self.index(g.threads, allow_vars=False)
         else:
@@ -230,8 +251,9 @@ class _Lowerer(ExprLowerer):
         for i, v in enumerate(names):
             if v in names[:i]:
                 raise error(g.loc, f"`{v}` names two grid or rank indices", "give every block index and rank its own name")
-        launch = O.LaunchOp(regions=[Region()], loc=g.loc,
-                            attrs={"grid": extents, "vars": list(g.vars), "threads": exprs.to_str(threads)})
+        tiles = S.tiles_grid(self, g)
+        launch = O.LaunchOp(regions=[Region()], loc=g.loc, attrs={
+            **(tiles or {"grid": extents, "vars": list(g.vars)}), "threads": exprs.to_str(threads)})
         if g.cluster or g.ranks:
             if len(g.cluster) != len(g.extents) or len(g.ranks) != len(g.cluster):
                 raise error(g.loc, f"the cluster has {len(g.cluster)} extent(s) and {len(g.ranks)} rank name(s) "
@@ -280,6 +302,9 @@ class _Lowerer(ExprLowerer):
 
     def _stmt(self, s: A.Stmt) -> None:
         self.fresh = set()
+        if self.tiles is not None and not S.is_sampled_store(self, s):
+            raise error(s.loc, "the body of a `tiles` grid is one sampled gemm store",
+                        f"write `P[{self.tiles[0]}] = A[{self.tiles[3]}*BM : +BM, :] @ B[:, {self.tiles[4]}*BN : +BN]`")
         if isinstance(s, A.Grid):
             raise error(s.loc, "a kernel has one `grid` statement")
         if isinstance(s, A.For):
@@ -307,6 +332,8 @@ class _Lowerer(ExprLowerer):
             return self.augassign(s)
         if isinstance(s, A.CallStore):
             return self.peer_store(s)
+        if S.is_sampled_store(self, s):
+            return S.sampled_store(self, s)
         return self.store(s)
 
     def for_stmt(self, s: A.For) -> None:

@@ -91,12 +91,25 @@ class LaunchOp(Op):
     blocks of a cluster can read each other's shared tiles (`tile.peer_copy`) and wait for each
     other (`tile.cluster_barrier`). Example:
     `tile.launch() {cluster = ["2"], grid = ["B"], ranks = ["r"], threads = "512", vars = ["b"]}`
+
+    With `tiles` (the name of a sparse operand) and `tile_shape = [BM, BN]`, the grid is the list
+    of the BM x BN tiles of that pattern that hold at least one entry (built when the kernel
+    runs; `grid` is then the bound cdiv(M, BM) * cdiv(N, BN)), and `vars = [m, n]` are the
+    tile's row and column tile indices; tiles without an entry are never visited. Example:
+    `tile.launch() {grid = ["cdiv(M, 16) * cdiv(N, 16)"], threads = "128", tile_shape = ["16", "16"],
+    tiles = "S", vars = ["m", "n"]}`
     """
 
     name = "tile.launch"
 
     def verify(self, fail, env):
         grid = self.attrs.get("grid", [])
+        if "tiles" in self.attrs:  # a grid over the tiles of a sparse pattern: one extent, vars m, n
+            if len(grid) != 1 or len(self.attrs.get("vars", [])) != 2 or len(self.attrs.get("tile_shape", [])) != 2:
+                fail("a `tiles` grid has one extent, two vars and a 2-entry `tile_shape`")
+            if "cluster" in self.attrs:
+                fail("a `tiles` grid has no cluster")
+            return
         if len(grid) != len(self.attrs.get("vars", [])):
             fail("`grid` and `vars` must have the same length")
         if not 1 <= len(grid) <= 3:
@@ -320,6 +333,49 @@ class GemmOp(Op):
             fail(problem)
 
 
+class SampledGemmOp(Op):
+    """The masked (sampled) tile gemm of SDDMM (seed 003; `torch.sparse.sampled_addmm` with
+    beta 0, alpha 1): for every entry e = (i, j) of the sparse pattern that falls in the current
+    tile of a `tiles` grid (rows `a_offsets[0]` + [0, BM), columns `b_offsets[1]` + [0, BN)),
+    out[e] = sum over k of a[i, k] * b[k, j], accumulated in f32 and rounded to out's dtype.
+
+    Operands: a (global, [M, K]), b (global, [K, N]), rows and cols (global i32 [NNZ]: the
+    pattern's entries in its order), out (global): rank 1 [NNZ] takes the values in the
+    pattern's order; rank 2 [M, N] takes them at their positions (the rest of out is 0: the
+    runtime zeroes it, as tiles without an entry are never visited). Attributes: `a_offsets`,
+    `b_offsets` (index expressions: the tile's corner; the K offsets are 0, the whole of K is
+    reduced), `tile` ([BM, BN]), `pattern` (the sparse operand's name), optional `dot_below`
+    (set by `sparse-dispatch`: a tile with fewer entries than this computes them as CUDA-core dot
+    products instead of one tensor-core tile product; 0 = always tensor cores) and `mma` (the
+    tensor-core shape [m, n, k]). Example:
+    `tile.sampled_gemm(%A, %B, %S_rows, %S_cols, %P) {a_offsets = ["m * 16", "0"],
+    b_offsets = ["0", "n * 16"], pattern = "S", tile = ["16", "16"]} loc(...)`
+    """
+
+    name = "tile.sampled_gemm"
+
+    def verify(self, fail, env):
+        if len(self.operands) != 5:
+            fail("`tile.sampled_gemm` takes a, b, rows, cols and out")
+            return
+        a, b, rows, cols, out = self.operands
+        if any(v.type.space != "global" for v in self.operands):
+            fail("`tile.sampled_gemm` operands are global tensors")
+            return
+        if a.type.rank != 2 or b.type.rank != 2:
+            fail("`tile.sampled_gemm` needs 2-d a and b")
+            return
+        if rows.type.dtype != "i32" or cols.type.dtype != "i32" or rows.type.rank != 1 or cols.type.rank != 1:
+            fail("the pattern's rows and cols are 1-d i32 tensors")
+        if out.type.dtype not in FLOAT_DTYPES or out.type.rank not in (1, 2):
+            fail(f"the output `{out}` must be a 1-d or 2-d float tensor, got {out.type}")
+        for key in ("a_offsets", "b_offsets", "tile"):
+            if len(self.attrs.get(key, [])) != 2:
+                fail(f"`{key}` needs 2 entries")
+        if env is not None and _shape(a, env)[1] != _shape(b, env)[0]:
+            fail(f"the reduction dims differ: {a.type} @ {b.type}")
+
+
 class PeerCopyOp(Op):
     """Copy the instance of shared tile `src` owned by the block of cluster rank `rank` into `dst`.
 
@@ -409,12 +465,12 @@ class ForOp(Op):
 OPS: dict[str, type[Op]] = {
     cls.name: cls
     for cls in (FuncOp, RequireOp, LaunchOp, AllocOp, FillOp, CopyOp, ReshapeOp, ElementwiseOp, ReduceOp,
-                GemmOp, ForOp, PeerCopyOp, PeerStoreOp, ClusterBarrierOp)
+                GemmOp, SampledGemmOp, ForOp, PeerCopyOp, PeerStoreOp, ClusterBarrierOp)
 }
 
 # Attributes that hold index expressions (strings), checked for names in scope by the verifier.
 EXPR_ATTRS = ("cond", "grid", "threads", "src_offsets", "dst_offsets", "lo", "hi", "stages", "cluster", "rank",
-              "index", "warp", "thread")
+              "index", "warp", "thread", "a_offsets", "b_offsets", "tile", "tile_shape")
 
 
 def scalars(func: Op) -> list[tuple[str, str, int]]:

@@ -102,6 +102,15 @@ SPECS: dict[str, Spec] = {
     # 4 warps of 16 x 16, each thread 4 x 2 (WMITER = WNITER = 1); variants: WMITER = 2, WNITER = 2,
     # TM = 1 (scalar A loads), BK = 16 (K = 40 ends in a half tile loaded by guarded cp.async),
     # and the file's own tiling (one partial 128 x 128 block)
+    # SDDMM: tiles of S cut M and N; NNZ entries drawn uniformly (fewer than M x N at every case)
+    "examples/sddmm.tk": Spec({"M": 40, "N": 72, "K": 24, "NNZ": 300}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"},
+                              variants=({"BM": 8, "BN": 8},)),
+    "examples/sddmm_wmma_16x16x16.tk": Spec({"M": 40, "N": 40, "K": 24, "NNZ": 200}, {"BM": 16, "BN": 16},
+                                            {"M": "BM", "N": "BN"}),
+    "examples/sddmm_wmma_32x8x16.tk": Spec({"M": 72, "N": 20, "K": 24, "NNZ": 200}, {"BM": 32, "BN": 8},
+                                           {"M": "BM", "N": "BN"}),
+    "examples/sddmm_wmma_8x32x16.tk": Spec({"M": 20, "N": 72, "K": 24, "NNZ": 200}, {"BM": 8, "BN": 32},
+                                           {"M": "BM", "N": "BN"}),
     "examples/sgemm.tk": Spec({"M": 40, "N": 72, "K": 40},
                               {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 2, "WM": 16, "WN": 16, "WNITER": 1,
                                "stages": 2, "threads": 128},

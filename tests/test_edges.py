@@ -52,8 +52,7 @@ def test_interpreter_at_tile_edges(path, case, values):
     for seed, dist in enumerate(dists(path)):
         inputs = oracle.random_inputs(module, seed, "cpu", dist)
         names = oracle.input_names(final)
-        outs = run(final, {n: t if isinstance(t, int) else (t.float() if t.dtype == torch.bfloat16 else t).numpy()
-                           for n, t in zip(names, inputs)})
+        outs = run(final, oracle.interp_inputs(names, inputs))
         results = [torch.from_numpy(np.asarray(o, np.float64)) for o in outs.values()]
         check_outputs(module, inputs, results, f"interp {case} {dist}")
 
@@ -72,6 +71,10 @@ def test_tilelang_cpu_at_tile_edges(path, case, values):
     assert not has_cluster(module)
     consts = {k: v for k, v in values.items() if k in module.func.attrs["consts"]}
     kernel = tkc.compile(full, target="tilelang-cpu", **consts)
+    if any(op.name == "tile.sampled_gemm" for op in module.walk()):  # issue 12: interp only so far
+        with pytest.raises(TkError, match="target `tilelang-cpu` cannot express the sampled gemm"):
+            kernel.specialize({k: v for k, v in values.items() if k in module.func.attrs["dims"]})
+        return
     if any(a.type.dtype == "bf16" for a in module.func.body.args):  # TVM's C target has no bf16
         with pytest.raises(TkError, match="target `tilelang-cpu` cannot express bf16"):
             kernel.specialize({k: v for k, v in values.items() if k in module.func.attrs["dims"]})

@@ -134,6 +134,10 @@ def emit(module, target: str, cache: Cache | None = None) -> Artifact:
     from dsl.ir import print_module
 
     cache = cache or Cache()
+    sampled = next((op for op in module.walk() if op.name == "tile.sampled_gemm"), None)
+    if sampled is not None:  # issue 12: the GPU and C lowerings of the masked gemm are not written yet
+        raise error(sampled.loc, f"target `{target}` cannot express the sampled gemm (SDDMM) yet",
+                    "run it on the reference interpreter: `--target interp`")
     ir_text = print_module(module)
     key = cache_key(ir_text, target)
     files = cache.get(key)

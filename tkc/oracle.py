@@ -154,6 +154,8 @@ def _walk(ops: list[Op], env: dict[str, int], loops: list[int], depth: dict[int,
             src, dst = op.operands
             n = exprs.evaluate(src.type.shape[op.attrs.get("axis", 0)], env) * (
                 over(dst) if op.attrs.get("accumulate") else 1)
+        elif op.name == "tile.sampled_gemm":  # a dot product over all of K
+            n = exprs.evaluate(op.operands[0].type.shape[1], env)
         elif (op.name == "tile.elementwise" and op.attrs.get("fn") in ("add", "sub")
               and len(op.operands) == 3 and op.operands[0] is out):
             n = over(out)
@@ -200,6 +202,9 @@ def input_names(module: Module) -> list[str]:
     outs = set(module.func.attrs["outputs"])
     args = module.func.body.args
     names = [a.name for i, a in enumerate(args) if i not in outs]
+    for name, *_ in module.func.attrs.get("sparse", []):  # a pattern is one argument (rows, cols)
+        names[names.index(f"{name}_rows")] = name
+        names.remove(f"{name}_cols")
     for name, _, pos in sorted(scalars(module.func), key=lambda s: s[2]):
         names.insert(pos, name)
     return names + [args[i].name for i in module.func.attrs.get("mutable", [])]
@@ -238,8 +243,14 @@ def random_inputs(module: Module, seed: int, device: str, dist: str = "normal", 
     bounds = index_bounds(module.func, env)
     tensors = []
     mutable = module.func.attrs.get("mutable", [])
+    patterns = {f"{name}_rows": (name, fmt, m, n) for name, fmt, _, m, n in module.func.attrs.get("sparse", [])}
     for i, a in enumerate(module.func.body.args):
         if i in outs and i not in mutable:  # a `mut` output's old value is an input (input_names)
+            continue
+        if a.name in patterns:
+            tensors.append(random_pattern(module, *patterns[a.name], a.type.concrete_shape(env)[0], gen))
+            continue
+        if any(a.name == f"{p}_cols" for p, *_ in patterns.values()):
             continue
         shape = a.type.concrete_shape(env)
         dtype = getattr(torch, TORCH_DTYPES[a.type.dtype])
@@ -266,8 +277,61 @@ def random_inputs(module: Module, seed: int, device: str, dist: str = "normal", 
             refs = reference(module, ordered(tensors))
             if all(r.abs().max().item() <= lim for r, lim in zip(refs, limits)):
                 break
-            tensors = [t * 0.5 if t.is_floating_point() else t for t in tensors]
+            tensors = [t * 0.5 if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in tensors]
     return ordered([t.to(device) for t in tensors])
+
+
+def random_pattern(module: Module, name: str, fmt: str, m: str, n: str, nnz: int, gen):
+    """A uniformly random pattern of `nnz` distinct entries at the kernel's M x N (tkc/sparse.py),
+    in CSR order, or for a COO pattern in a shuffled order (the values come out in that order).
+    Raises TkError when nnz does not fit."""
+    import torch
+
+    from dsl import exprs
+    from dsl.diagnostics import error
+    from tkc.sparse import SparseInputError, SparsePattern, uniform
+
+    rows, cols = (exprs.evaluate(exprs.parse(e), module.env) for e in (m, n))
+    try:
+        p = uniform(rows, cols, nnz, seed=int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+    except SparseInputError as exc:
+        raise error(module.func.loc, f"cannot draw a random pattern for `{name}`: {exc.message}",
+                    "choose dims with `-D` where the number of entries fits M x N") from None
+    if fmt == "coo":
+        perm = torch.randperm(nnz, generator=gen)
+        p = SparsePattern(rows, cols, "coo", p.rows[perm], p.cols[perm])
+    return p
+
+
+def _reference_value(name: str, t, scope: dict) -> None:
+    """Put input `t` into the reference's scope: float64 tensors (bool masks and ints as they
+    are); a sparse pattern `S` as a float64 torch sparse tensor of ones (CSR or COO, in its
+    order) plus its entries' `S_rows` and `S_cols` (int64)."""
+    import torch
+
+    if isinstance(t, int) or isinstance(t, torch.Tensor) and t.dtype == torch.bool:
+        scope[name] = t
+    elif isinstance(t, torch.Tensor):
+        scope[name] = t.double()
+    else:
+        scope[name] = t.to_torch(torch.ones(t.nnz, dtype=torch.float64, device=t.rows.device), layout=t.fmt)
+        scope[f"{name}_rows"], scope[f"{name}_cols"] = t.rows.long(), t.cols.long()
+
+
+def interp_inputs(names: list[str], inputs) -> dict:
+    """`inputs` (in call order, named `names`) as the reference interpreter takes them: numpy
+    arrays (bf16 as f32), ints for runtime scalars, a sparse pattern `S` as `S_rows`, `S_cols`."""
+    import torch
+
+    out = {}
+    for n, t in zip(names, inputs):
+        if isinstance(t, int):
+            out[n] = t
+        elif isinstance(t, torch.Tensor):
+            out[n] = (t.float() if t.dtype == torch.bfloat16 else t).cpu().numpy()
+        else:
+            out[f"{n}_rows"], out[f"{n}_cols"] = t.rows.cpu().numpy(), t.cols.cpu().numpy()
+    return out
 
 
 def reference(module: Module, inputs):
@@ -285,9 +349,9 @@ def reference(module: Module, inputs):
         raise error(func.loc, f"kernel `{func.attrs.get('sym_name')}` has no `reference`",
                     'add `reference "<torch expression>"` after the signature to use --check')
     names = input_names(module)
-    scope = {"torch": torch, "F": F, **module.env,
-             **{n: t if isinstance(t, int) or t.dtype == torch.bool else t.double()
-                for n, t in zip(names, inputs)}}
+    scope = {"torch": torch, "F": F, **module.env}
+    for n, t in zip(names, inputs):
+        _reference_value(n, t, scope)
     try:
         result = eval(text, scope)  # the kernel author's own expression, like a script (one scope: lambdas see it)
     except Exception as exc:

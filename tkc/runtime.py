@@ -13,6 +13,7 @@ import os
 
 from codegen import tilelang as tilelang_gpu
 from dsl.diagnostics import Loc, error
+from dsl.lower_sparse import SPARSE_FORMATS
 from dsl.parser import parse
 from tkc import driver
 from tkc.cache import Cache
@@ -189,12 +190,28 @@ class Kernel:
                 raise error(p.loc, f"runtime scalar `{p.name}` is {int(t)}; it must be in [0, 2^31)",
                             "index values are non-negative i32")
             return int(t)
+        if i < len(self.inputs) and self.inputs[i].dtype in SPARSE_FORMATS:  # a sparsity pattern
+            return self._pattern(t, self.inputs[i])
         if isinstance(t, torch.Tensor):
             return t
         if isinstance(t, np.ndarray):
             t = torch.from_numpy(np.ascontiguousarray(t))
             return t.cuda() if self.target in ("tilelang", "cuda") else t
         raise TypeError(f"argument {i} of `{self.ast.name}` is a {type(t).__name__}; pass a torch tensor or a numpy array")
+
+    def _pattern(self, obj, p):
+        """Sparse input `p` (`S: csr[M, N, NNZ]`) from a torch or scipy sparse matrix, a
+        tkc.sparse.SparsePattern or a Matrix Market path; checked (tkc/sparse.py), on the
+        kernel's device. A bad pattern is a TkError at the parameter."""
+        from tkc.sparse import SparseInputError, as_pattern
+
+        try:
+            pattern = as_pattern(obj, p.dtype)
+        except SparseInputError as exc:
+            raise error(p.loc, f"sparse input `{p.name}`: {exc.message}", *([exc.note] if exc.note else [])) from None
+        if self.target in ("tilelang", "cuda") and pattern.rows.device.type != "cuda":
+            pattern = pattern.to("cuda")
+        return pattern
 
     def bind_dims(self, tensors) -> dict[str, int]:
         """Problem dims from the input shapes; raises TkError on count, rank or dim mismatches."""
@@ -205,6 +222,13 @@ class Kernel:
         dims: dict[str, int] = {}
         for p, t in zip(self.inputs, tensors):
             if p.dims is None:  # a runtime scalar (checked by _as_tensor)
+                continue
+            if p.dtype in SPARSE_FORMATS:  # rows, columns, entries
+                for (d, loc), n in zip(p.dims, (t.M, t.N, t.nnz)):
+                    if isinstance(d, int) and d != n:
+                        raise error(loc, f"`{p.name}` needs extent {d} here, got {n}")
+                    if isinstance(d, str) and dims.setdefault(d, int(n)) != n:
+                        raise error(loc, f"dim `{d}` is {dims[d]} elsewhere and {n} in `{p.name}`")
                 continue
             if t.dim() != len(p.dims):
                 raise error(p.loc, f"`{p.name}` has rank {len(p.dims)}, but the tensor has shape {tuple(t.shape)}")
@@ -220,7 +244,7 @@ class Kernel:
 
         env = {**{k: v for k, (v, _) in self.ast.consts.items()}, **self.consts, **dims}
         for p, t in zip(self.inputs, tensors):  # dims written as expressions (`f32[N / 2]`)
-            if p.dims is None:
+            if p.dims is None or p.dtype in SPARSE_FORMATS:
                 continue
             for (d, loc), n in zip(p.dims, t.shape):
                 if not isinstance(d, (int, str)):
@@ -273,7 +297,7 @@ class Kernel:
         import torch
 
         key = None
-        if len(tensors) == len(self.inputs):
+        if len(tensors) == len(self.inputs) and not any(p.dtype in SPARSE_FORMATS for p in self.inputs):
             try:
                 key = tuple((t.shape, t.dtype, t.device) if p.dims is not None or isinstance(t, torch.Tensor)
                             else (type(t) is int) for p, t in zip(self.inputs, tensors))
@@ -293,8 +317,12 @@ class Kernel:
             scalar_names = [p.name for p in self.inputs if p.dims is None]
             runtime = any(op.name == "tile.require" and op.attrs.get("runtime") for op in module.func.body.ops)
             bounds = index_bounds(module.func, module.env)
-            n_in = sum(p.dims is not None for p in self.inputs)
+            n_in = sum((2 if p.dtype in SPARSE_FORMATS else 1) for p in self.inputs if p.dims is not None)
             indexed = [(k, a.name, bounds[a.name]) for k, a in enumerate(args[:n_in]) if a.name in bounds]
+            zeroed = {op.operands[4].name for op in module.func.walk()  # a dense sampled-gemm output: 0
+                      if op.name == "tile.sampled_gemm" and op.operands[4].type.rank == 2}  # off the pattern
+            outs = [(shape, dtype, a.name in zeroed) for (shape, dtype), a in
+                    zip(outs, (args[i] for i in module.func.attrs["outputs"]))]
             fast = (module, jit, outs, scalar_names, runtime, indexed)
             if key is not None:
                 self._fast[key] = fast
@@ -302,7 +330,8 @@ class Kernel:
             tensors = tuple(self._as_tensor(t, i) if p.dims is None else t for i, (p, t) in enumerate(zip(self.inputs, tensors)))
         module, jit, outs, scalar_names, runtime, indexed = fast
         values = [t for p, t in zip(self.inputs, tensors) if p.dims is None]
-        arrays = [t for p, t in zip(self.inputs, tensors) if p.dims is not None]
+        arrays = [x for p, t in zip(self.inputs, tensors) if p.dims is not None
+                  for x in ((t.rows, t.cols) if p.dtype in SPARSE_FORMATS else (t,))]
         mut = arrays[len(arrays) - self.n_mutable:]  # the `mut` outputs' tensors, in order
         arrays = arrays[:len(arrays) - self.n_mutable]
         given = iter(mut)
@@ -340,7 +369,7 @@ class Kernel:
         else:
             values = [t if isinstance(t, int) else t.reshape(1) for t in values]
         outputs = []
-        for p, (shape, dtype) in zip(self.ast.outputs, outs):
+        for p, (shape, dtype, zeroed) in zip(self.ast.outputs, outs):
             if p.mutable:
                 t = next(given)
                 if not t.is_contiguous() or t.device != device:
@@ -349,7 +378,7 @@ class Kernel:
                                 f"tensor on {t.device}", f"pass `{p.name}.contiguous()` and keep that tensor")
                 outputs.append(t)
             else:
-                outputs.append(torch.empty(shape, dtype=dtype, device=device))
+                outputs.append((torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device))
         jit(*[t if t.is_contiguous() else t.contiguous() for t in arrays], *outputs, *values)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 

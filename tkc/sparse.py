@@ -1,0 +1,456 @@
+"""Sparse patterns: the input side of SDDMM (sampled dense-dense matmul).
+
+SDDMM computes P[e] = dot(A[row_e, :], B[:, col_e]) at the entries e of a sparse M x N pattern S,
+as `torch.sparse.sampled_addmm(S, A, B, beta=0, alpha=1)` does (its values: S's, in CSR order).
+A checked :class:`SparsePattern` comes from a torch sparse CSR/COO tensor, a scipy.sparse matrix,
+a Matrix Market file (`read_mtx` via `scipy.io.mmread`; Boisvert, Pozo, Remington, "The Matrix
+Market Exchange Formats: Initial Design", NIST 1996) or a generator (`uniform`; `rmat`: Chakrabarti,
+Zhan, Faloutsos, "R-MAT: A Recursive Model for Graph Mining", SDM 2004). `tile_lists` groups the
+entries by BM x BN output tile, for a grid over the non-empty tiles.
+
+A pattern is two int32 vectors `rows`, `cols`, one element per entry, in S's order (P's order):
+`csr`: row by row, columns strictly increasing within a row (the order of `col_indices`); `coo`:
+as given, never re-sorted, each (row, col) once. A csr pattern is a valid coo one; a coo pattern
+is a csr one only in that order. Bad input raises :class:`SparseInputError`; the checks are
+vectorized torch ops on the input's device, one host sync each (5M entries: about 0.2 s, 0.5 s
+unsorted COO, on one CPU core). Patterns are immutable: derived data (row pointers, tile lists,
+device copies) is cached on the pattern object, so never write into `rows`/`cols`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+FORMATS = ("csr", "coo")
+_INT32_MAX = 2**31 - 1
+_RMAT_ROUNDS = 32
+_SORT_NOTE = ("sort each row's column indices (scipy: `S.sort_indices()`; torch: build the CSR tensor "
+              "from a coalesced COO tensor)")
+_DUP_NOTE = "list each position once (scipy: `S.sum_duplicates()`; torch: `t.coalesce()`)"
+
+
+class SparseInputError(ValueError):
+    """A sparse input tkc cannot use: `message` says what is wrong, `note` how to fix it."""
+
+    def __init__(self, message: str, note: str = ""):
+        super().__init__(f"{message}\nnote: {note}" if note else message)
+        self.message, self.note = message, note
+
+
+@dataclass(frozen=True, eq=False)
+class SparsePattern:
+    """The entries of an M x N sparse matrix: `rows`, `cols` int32 [nnz] on one device, in S's
+    order for `fmt` ("csr" or "coo"). `as_pattern`, `read_mtx` and the generators check what
+    they build; a pattern constructed directly is checked when it goes through `as_pattern`."""
+
+    M: int
+    N: int
+    fmt: str
+    rows: torch.Tensor
+    cols: torch.Tensor
+    _memo: dict = field(default_factory=dict, init=False, repr=False)  # per object: derived data
+
+    def __post_init__(self):
+        if self.fmt not in FORMATS:
+            raise SparseInputError(f"unknown sparse format `{self.fmt}`; expected `csr` or `coo`")
+        _check_shape((self.M, self.N), None, None)
+        for name, t in (("rows", self.rows), ("cols", self.cols)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.dtype != torch.int32:
+                got = f"{t.dtype} of shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise SparseInputError(f"`{name}` is {got}; expected a 1-D torch.int32 tensor", "use `.to(torch.int32)`")
+        if self.rows.shape != self.cols.shape or self.rows.device != self.cols.device or self.nnz > _INT32_MAX:
+            raise SparseInputError(f"`rows` ({self.rows.numel()} on {self.rows.device}) and `cols` ({self.cols.numel()} "
+                                   f"on {self.cols.device}): expected one of each per entry (< 2^31), on one device")
+
+    @property
+    def nnz(self) -> int:
+        return self.rows.numel()
+
+    def to(self, device) -> SparsePattern:
+        """This pattern on `device`, memoized per device: one copy, keeping its own caches."""
+        key = ("to", str(device))
+        if key not in self._memo:
+            moved = SparsePattern(self.M, self.N, self.fmt, self.rows.to(device), self.cols.to(device))
+            moved._memo["checked"] = self._memo.get("checked", False)
+            self._memo[key] = moved
+        return self._memo[key]
+
+    def crow(self) -> torch.Tensor:
+        """CSR row pointers, int32 [M + 1] on the pattern's device: row i's entries are
+        `crow[i]:crow[i + 1]`. A coo pattern must be in CSR order (else SparseInputError)."""
+        if self.fmt == "coo":
+            return _as_format(self, "csr").crow()
+        if "crow" not in self._memo:
+            self._memo["crow"] = _row_pointers(self.rows, self.M)
+        return self._memo["crow"]
+
+    def to_torch(self, values: torch.Tensor | None = None, layout: str = "csr") -> torch.Tensor:
+        """A torch sparse M x N tensor with `values` [nnz] in S's order (float32 ones if None), for
+        references such as `torch.sparse.sampled_addmm` (which needs csr). "csr": int32 indices,
+        values permuted into CSR order for an unsorted coo pattern; "coo": int64 indices in S's
+        order (marked coalesced for a csr pattern). SparseInputError on a bad layout or shape."""
+        if values is None:
+            values = torch.ones(self.nnz, dtype=torch.float32, device=self.rows.device)
+        if tuple(values.shape) != (self.nnz,) or layout not in FORMATS:
+            raise SparseInputError(f"`values` of shape {tuple(values.shape)} as `{layout}`; expected ({self.nnz},) "
+                                   "as `csr` or `coo`")
+        if layout == "coo":
+            return torch.sparse_coo_tensor(torch.stack([self.rows, self.cols]).long(), values, (self.M, self.N),
+                                           is_coalesced=self.fmt == "csr", check_invariants=False)
+        rows, cols = self.rows, self.cols
+        if self.fmt == "coo":
+            perm = torch.sort(rows.long() * self.N + cols).indices
+            rows, cols, values = rows[perm], cols[perm], values[perm]
+        return torch.sparse_csr_tensor(_row_pointers(rows, self.M), cols, values, (self.M, self.N),
+                                       check_invariants=False)
+
+
+@dataclass(frozen=True, eq=False)
+class TileLists:
+    """A pattern's entries grouped by BM x BN output tile; int32 tensors on its device. Tile t
+    covers rows tile_m[t]*BM.. and columns tile_n[t]*BN..; its entries are
+    `order[tile_ptr[t]:tile_ptr[t + 1]]` (entry indices, in S's order). Tiles are in row-major
+    tile order; only tiles holding at least one entry appear."""
+
+    tile_ptr: torch.Tensor  # [T + 1]
+    tile_m: torch.Tensor  # [T]
+    tile_n: torch.Tensor  # [T]
+    order: torch.Tensor  # [nnz]
+
+    @property
+    def T(self) -> int:
+        return self.tile_m.numel()
+
+
+def as_pattern(obj, fmt: str, M: int | None = None, N: int | None = None) -> SparsePattern:
+    """A checked SparsePattern of format `fmt` ("csr" or "coo") from `obj`: a SparsePattern, a
+    torch sparse CSR or COO tensor (device kept; a COO tensor's `_indices()` order kept), a
+    scipy.sparse matrix or array (on the CPU; csr and coo as stored, other formats through
+    `.tocsr()` / `.tocoo()`) or a path to a `.mtx` file (`read_mtx`). `M`, `N`: the expected
+    shape, if given. A csr input serves as coo; a coo input serves as csr only in CSR order.
+    SparseInputError: not 2-D, wrong shape, non-integer indices, indices out of range, bad
+    `crow_indices`, unsorted or duplicate entries, an unsupported object."""
+    if fmt not in FORMATS:
+        raise SparseInputError(f"unknown sparse format `{fmt}`; expected `csr` or `coo`")
+    if isinstance(obj, SparsePattern):
+        _check_shape((obj.M, obj.N), M, N)
+        return _as_format(_checked(obj), fmt)
+    if isinstance(obj, torch.Tensor):
+        return _as_format(_from_torch(obj, M, N), fmt)
+    if isinstance(obj, (str, os.PathLike)):
+        return as_pattern(read_mtx(obj), fmt, M, N)
+    import scipy.sparse
+
+    if not scipy.sparse.issparse(obj):
+        raise SparseInputError(f"cannot read a sparse pattern from a `{type(obj).__name__}`", "pass a torch sparse "
+                               "CSR/COO tensor, a scipy.sparse matrix, a .mtx path or a tkc.sparse.SparsePattern")
+    return _as_format(_from_scipy(obj, fmt, M, N), fmt)
+
+
+def read_mtx(path) -> SparsePattern:
+    """The csr pattern of a Matrix Market `coordinate` file (any field; values ignored, explicit
+    zeros are entries). Symmetric, skew-symmetric and hermitian files come expanded to both
+    triangles (scipy does it, the diagonal once). SparseInputError naming the file when it is
+    missing, not Matrix Market, truncated or malformed (scipy's reason in the note), dense
+    (`array`), or lists an entry twice (naming it, 1-based)."""
+    import scipy.io
+
+    name = os.fspath(path)
+    _, _, _, layout, _, symmetry = _mm_call(scipy.io.mminfo, name)
+    if layout != "coordinate":
+        raise SparseInputError(f"`{name}` is a dense (`{layout}`) Matrix Market file; expected `coordinate`",
+                               "write sparse matrices with `scipy.io.mmwrite(path, scipy.sparse.coo_array(S))`")
+    m = _mm_call(scipy.io.mmread, name)
+    M, N = _check_shape(m.shape, None, None)
+    keys = torch.sort(torch.from_numpy(m.row).long() * N + torch.from_numpy(m.col).long()).values
+    k = _first(keys[1:] == keys[:-1])
+    if k is not None:
+        i, j = divmod(int(keys[k]), N)
+        mirror = "" if symmetry == "general" else f" (a {symmetry} file: (i, j) also stands for (j, i))"
+        raise SparseInputError(f"`{name}` lists entry (row {i + 1}, column {j + 1}) more than once{mirror}",
+                               "list each position once; `scipy.sparse.coo_array(...).sum_duplicates()` merges them")
+    return _from_sorted_keys(keys, M, N)
+
+
+def uniform(M: int, N: int, nnz: int, seed: int = 0) -> SparsePattern:
+    """A csr pattern of exactly `nnz` distinct uniformly random positions, deterministic per
+    `seed`. Dense requests (nnz >= M*N / 4) permute all M*N positions; otherwise int64 positions
+    are drawn with replacement, deduplicated and topped up, and a random nnz of them kept.
+    SparseInputError if nnz is negative or more than M*N."""
+    _check_request(M, N, nnz)
+    g = torch.Generator().manual_seed(seed)
+    total = M * N
+    if 4 * nnz >= total:  # at most 4 nnz positions to permute
+        return _from_sorted_keys(torch.randperm(total, generator=g)[:nnz].sort().values, M, N)
+    keys = torch.empty(0, dtype=torch.int64)
+    while keys.numel() < nnz:  # density < 1/4: few draws collide
+        need = nnz - keys.numel()
+        keys = torch.unique(torch.cat([keys, torch.randint(0, total, (need + need // 16 + 16,), generator=g)]))
+    return _from_sorted_keys(_subset(keys, nnz, g), M, N)
+
+
+def rmat(M: int, N: int, nnz: int, a: float = 0.57, b: float = 0.19, c: float = 0.19, seed: int = 0,
+         noise: float = 0.1) -> SparsePattern:
+    """A csr pattern of exactly `nnz` distinct R-MAT positions (power-law degrees like the SNAP
+    graphs), deterministic per `seed`. A candidate picks a quadrant per level (top-left a,
+    top-right b, bottom-left c, bottom-right d = 1 - a - b - c) over L = ceil(log2(max(M, N)))
+    levels of a 2^L square; each side keeps the bits of its own first ceil(log2) levels (a short
+    side stops splitting early). Per-level noise as in NSKG (Seshadhri, Pinar, Kolda, J. ACM
+    2013) smooths the degree distribution: mu = U(-1, 1) * noise * min(b, c, (a + d) / 2),
+    a -= 2 mu a / (a + d), d -= 2 mu d / (a + d), b += mu, c += mu. Out-of-range positions and
+    duplicates are dropped, rounds repeat until there are nnz, then a random nnz are kept.
+    SparseInputError: bad a, b, c, noise; nnz < 0 or > M*N; nnz > M*N / 2 (use `uniform` then)."""
+    _check_request(M, N, nnz)
+    d = 1.0 - a - b - c
+    if min(a, b, c, d) < -1e-12 or not 0.0 <= noise <= 1.0:
+        raise SparseInputError(f"bad R-MAT parameters a = {a}, b = {b}, c = {c}, d = 1 - a - b - c = {d:.6g}, "
+                               f"noise = {noise}; expected a, b, c, d >= 0 and noise in [0, 1]")
+    if 2 * nnz > M * N:
+        raise SparseInputError(f"`nnz` = {nnz} is {100 * nnz / (M * N):.0f}% of the {M} x {N} positions; R-MAT "
+                               "reaches at most 50%", f"use `uniform({M}, {N}, {nnz})` for dense patterns")
+    g = torch.Generator().manual_seed(seed)
+    bits = (math.ceil(math.log2(M)) if M > 1 else 0, math.ceil(math.log2(N)) if N > 1 else 0)
+    cuts = _rmat_cuts(a, b, c, max(d, 0.0), noise, max(bits), g)
+    keys, rate, rounds = torch.empty(0, dtype=torch.int64), 1.0, 0
+    while keys.numel() < nnz:
+        if rounds == _RMAT_ROUNDS:
+            raise SparseInputError(f"R-MAT found only {keys.numel()} of {nnz} distinct positions of {M} x {N} in "
+                                   f"{rounds} rounds", "ask for fewer entries, a less skewed `a`, or use `uniform`")
+        k = min(int((nnz - keys.numel()) * 1.1 / rate) + 64, 2 * nnz + 2**16)
+        before, rounds = keys.numel(), rounds + 1
+        keys = torch.unique(torch.cat([keys, _rmat_draw(k, cuts, bits, M, N, g)]))
+        rate = max((keys.numel() - before) / k, 0.01)  # the share of new distinct positions
+    return _from_sorted_keys(_subset(keys, nnz, g), M, N)
+
+
+def tile_lists(p: SparsePattern, BM: int, BN: int) -> TileLists:
+    """The entries of `p` grouped by BM x BN tile (see TileLists): a stable sort on the tile id
+    (row // BM) * cdiv(N, BN) + col // BN, in int64. Memoized per (pattern object, BM, BN): a
+    second call with the same object returns the same TileLists; an equal pattern recomputes."""
+    if not (isinstance(BM, int) and isinstance(BN, int) and BM > 0 and BN > 0):
+        raise SparseInputError(f"tile shape {BM} x {BN}; expected positive integers")
+    key = ("tiles", BM, BN)
+    if key not in p._memo:
+        tiles_n = max(-(-p.N // BN), 1)
+        tile_id, order = torch.sort((p.rows.long() // BM) * tiles_n + p.cols.long() // BN, stable=True)
+        ids, counts = torch.unique_consecutive(tile_id, return_counts=True)
+        ptr = torch.zeros(ids.numel() + 1, dtype=torch.int32, device=p.rows.device)
+        ptr[1:] = counts.cumsum(0)
+        p._memo[key] = TileLists(ptr, (ids // tiles_n).int(), (ids % tiles_n).int(), order.int())
+    return p._memo[key]
+
+
+def _first(mask: torch.Tensor) -> int | None:  # the index of the first True, None if none
+    return int(mask.nonzero()[0, 0]) if bool(mask.any()) else None
+
+
+def _check_shape(shape, M: int | None, N: int | None) -> tuple[int, int]:
+    """(M, N) of a 2-D `shape` that matches the expected M, N (if given) and fits int32."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) != 2:
+        raise SparseInputError(f"`S` has {len(shape)} dimensions (shape {shape}); expected a 2-D matrix")
+    for name, want, got, what in (("M", M, shape[0], "rows"), ("N", N, shape[1], "columns")):
+        if want is not None and want != got:
+            raise SparseInputError(f"`S` has {got} {what} (shape {shape}); expected {name} = {want}")
+        if not 0 <= got <= _INT32_MAX:
+            raise SparseInputError(f"`S` has {got} {what}; expected 0 to {_INT32_MAX} (int32 indices)")
+    return shape
+
+
+def _index_tensor(x, what: str, device) -> torch.Tensor:
+    """A torch or numpy index array as an int64 tensor on `device`; its dtype must be integer."""
+    t = torch.as_tensor(x)
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise SparseInputError(f"`{what}` has dtype {x.dtype}; expected an integer index type (int32 or int64)",
+                               "convert the indices with `.astype(np.int32)` / `.to(torch.int32)`")
+    return t.to(device=device, dtype=torch.int64)
+
+
+def _check_range(idx: torch.Tensor, bound: int, what: str) -> None:
+    k = _first((idx < 0) | (idx >= bound))
+    if k is not None:
+        raise SparseInputError(f"{what} index of entry {k} is {int(idx[k])}; expected it in [0, {bound})",
+                               "the indices and the matrix shape must describe the same matrix")
+
+
+def _check_crow(crow: torch.Tensor, M: int, nnz: int) -> None:
+    if crow.numel() != M + 1:
+        raise SparseInputError(f"`crow_indices` has {crow.numel()} elements; expected M + 1 = {M + 1}")
+    if int(crow[0]) != 0 or int(crow[-1]) != nnz:
+        raise SparseInputError(f"`crow_indices` runs from {int(crow[0])} to {int(crow[-1])}; expected 0 to nnz = "
+                               f"{nnz} (the number of column indices)")
+    k = _first(crow[1:] < crow[:-1])
+    if k is not None:
+        raise SparseInputError(f"`crow_indices` decreases at row {k}: {int(crow[k])} then {int(crow[k + 1])}",
+                               "row pointers count the entries before each row: non-decreasing")
+
+
+def _check_row_major(rows: torch.Tensor, cols: torch.Tensor, fmt: str) -> None:
+    """Rows non-decreasing, columns strictly increasing within a row (CSR order)."""
+    k = _first(rows[1:] < rows[:-1])
+    if k is not None:
+        raise SparseInputError(f"a `{fmt}` pattern used as `csr` must be in row-major order, but entry {k + 1} has "
+                               f"row {int(rows[k + 1])} after row {int(rows[k])}", "sort the entries by (row, column) "
+                               "(scipy: `S.tocsr()`; torch: `t.coalesce()`), or ask for `coo`")
+    k = _first((rows[1:] == rows[:-1]) & (cols[1:] <= cols[:-1]))
+    if k is None:
+        return
+    row, before, after = int(rows[k]), int(cols[k]), int(cols[k + 1])
+    if before == after:
+        raise SparseInputError(f"duplicate entry ({row}, {after}): entries {k} and {k + 1}", _DUP_NOTE)
+    raise SparseInputError(f"column indices of row {row} are not sorted: {after} comes after {before}", _SORT_NOTE)
+
+
+def _check_unique(rows: torch.Tensor, cols: torch.Tensor, N: int) -> None:
+    """No (row, col) twice; names the first entry that repeats an earlier one."""
+    keys = rows.long() * N + cols.long()
+    if bool((keys[1:] > keys[:-1]).all()):  # CSR order: unique without a sort
+        return
+    sorted_keys, perm = torch.sort(keys, stable=True)
+    dup = sorted_keys[1:] == sorted_keys[:-1]
+    if not bool(dup.any()):
+        return
+    pos = int(torch.argmin(perm[1:][dup]))
+    first, second = int(perm[:-1][dup][pos]), int(perm[1:][dup][pos])
+    raise SparseInputError(f"duplicate entry ({int(rows[second])}, {int(cols[second])}): entries {first} and "
+                           f"{second}", _DUP_NOTE)
+
+
+def _trusted(M: int, N: int, fmt: str, rows: torch.Tensor, cols: torch.Tensor) -> SparsePattern:
+    p = SparsePattern(M, N, fmt, rows.to(torch.int32), cols.to(torch.int32))
+    p._memo["checked"] = True
+    return p
+
+
+def _checked(p: SparsePattern) -> SparsePattern:
+    """`p`, checked for its own format once (patterns built here are checked already)."""
+    if p._memo.get("checked"):
+        return p
+    _check_range(p.rows, p.M, "row")
+    _check_range(p.cols, p.N, "column")
+    if p.fmt == "csr":
+        _check_row_major(p.rows, p.cols, "csr")
+    else:
+        _check_unique(p.rows, p.cols, p.N)
+    p._memo["checked"] = True
+    return p
+
+
+def _as_format(p: SparsePattern, fmt: str) -> SparsePattern:
+    """Checked `p` relabelled as `fmt` (memoized on `p`): csr -> coo always, coo -> csr in CSR order."""
+    if p.fmt == fmt:
+        return p
+    if ("as", fmt) not in p._memo:
+        if fmt == "csr":
+            _check_row_major(p.rows, p.cols, p.fmt)
+        p._memo[("as", fmt)] = _trusted(p.M, p.N, fmt, p.rows, p.cols)
+    return p._memo[("as", fmt)]
+
+
+def _from_csr(crow, cols, shape, M, N, device) -> SparsePattern:
+    M, N = _check_shape(shape, M, N)
+    crow, cols = _index_tensor(crow, "crow_indices", device), _index_tensor(cols, "col_indices", device)
+    _check_crow(crow, M, cols.numel())
+    _check_range(cols, N, "column")
+    rows = torch.repeat_interleave(torch.arange(M, device=device), crow.diff(), output_size=cols.numel())
+    _check_row_major(rows, cols, "csr")
+    return _trusted(M, N, "csr", rows, cols)
+
+
+def _from_coo(rows, cols, shape, M, N, device) -> SparsePattern:
+    M, N = _check_shape(shape, M, N)
+    rows, cols = _index_tensor(rows, "row", device), _index_tensor(cols, "col", device)
+    _check_range(rows, M, "row")
+    _check_range(cols, N, "column")
+    _check_unique(rows, cols, N)
+    return _trusted(M, N, "coo", rows, cols)
+
+
+def _from_torch(t: torch.Tensor, M, N) -> SparsePattern:
+    if t.layout not in (torch.sparse_csr, torch.sparse_coo):
+        raise SparseInputError(f"a torch tensor of layout `{t.layout}` is not a sparse pattern; expected "
+                               "`torch.sparse_csr` or `torch.sparse_coo`", "convert it with `t.to_sparse_csr()`")
+    _check_shape(t.shape, M, N)  # before reading indices: batched CSR, hybrid or 1-D COO tensors fail here
+    if t.layout == torch.sparse_csr:
+        return _from_csr(t.crow_indices(), t.col_indices(), t.shape, M, N, t.device)
+    idx = t._indices()  # the given order (`indices()` insists on a coalesced tensor)
+    return _from_coo(idx[0], idx[1], t.shape, M, N, t.device)
+
+
+def _from_scipy(m, fmt: str, M, N) -> SparsePattern:
+    _check_shape(m.shape, M, N)
+    if m.format not in FORMATS:  # csc, bsr, lil, dok, dia: the order is ours to choose
+        m = m.tocsr() if fmt == "csr" else m.tocoo()
+        m = m.sorted_indices() if m.format == "csr" and not m.has_sorted_indices else m
+    if m.format == "csr":
+        return _from_csr(m.indptr, m.indices, m.shape, M, N, "cpu")
+    return _from_coo(m.row, m.col, m.shape, M, N, "cpu")
+
+
+def _mm_call(fn, name: str):
+    """scipy.io.mminfo / mmread on `name`, its errors as SparseInputError naming the file."""
+    try:
+        return fn(name)
+    except FileNotFoundError as exc:
+        raise SparseInputError(f"cannot open `{name}`: no such file", "check the path") from exc
+    except (OSError, ValueError, OverflowError) as exc:
+        raise SparseInputError(f"`{name}` is not a valid Matrix Market file", f"scipy.io.{fn.__name__}: {exc}") from exc
+
+
+def _row_pointers(rows: torch.Tensor, M: int) -> torch.Tensor:
+    crow = torch.zeros(M + 1, dtype=torch.int32, device=rows.device)
+    crow[1:] = torch.bincount(rows, minlength=M).cumsum(0)
+    return crow
+
+
+def _from_sorted_keys(keys: torch.Tensor, M: int, N: int) -> SparsePattern:
+    """The csr pattern of strictly increasing int64 linear positions row * N + col."""
+    return _trusted(M, N, "csr", keys // max(N, 1), keys % max(N, 1))
+
+
+def _check_request(M: int, N: int, nnz: int) -> None:
+    _check_shape((M, N), None, None)
+    if not 0 <= nnz <= M * N:
+        raise SparseInputError(f"`nnz` = {nnz} does not fit a {M} x {N} matrix; expected 0 to {M * N} entries")
+
+
+def _subset(keys: torch.Tensor, nnz: int, g: torch.Generator) -> torch.Tensor:
+    """A uniformly random `nnz` of the sorted distinct `keys`, sorted: drops a random set of the
+    excess (drawn by rejection when it is at most half), else keeps a random permutation's head."""
+    n = keys.numel()
+    if 2 * (n - nnz) > n:
+        return keys[torch.randperm(n, generator=g)[:nnz]].sort().values
+    drop = torch.empty(0, dtype=torch.int64)
+    while drop.numel() < n - nnz:
+        drop = torch.unique(torch.cat([drop, torch.randint(0, n, (n - nnz - drop.numel(),), generator=g)]))
+    keep = torch.ones(n, dtype=torch.bool)
+    keep[drop] = False
+    return keys[keep]
+
+
+def _rmat_cuts(a, b, c, d, noise, levels, g) -> torch.Tensor:
+    """float32 [levels, 3]: the cumulative quadrant probabilities (a, a + b, a + b + c) per level."""
+    mu = (torch.rand(levels, generator=g, dtype=torch.float64) * 2 - 1) * noise * min(b, c, (a + d) / 2)
+    pa = a - 2 * mu * a / (a + d) if a + d > 0 else torch.full_like(mu, a)
+    return torch.stack([pa, pa + b + mu, pa + b + c + 2 * mu], dim=1).float()
+
+
+def _rmat_draw(k: int, cuts: torch.Tensor, bits: tuple[int, int], M: int, N: int, g) -> torch.Tensor:
+    """Linear positions row * N + col (int64) of the `k` R-MAT candidates that fall inside M x N:
+    quadrants over all levels of a 2^L x 2^L square, then each side keeps its first `bits` levels."""
+    rows = torch.zeros(k, dtype=torch.int32)
+    cols = torch.zeros(k, dtype=torch.int32)
+    u = torch.empty(k)
+    for ta, tab, tabc in cuts.tolist():
+        u.uniform_(generator=g)
+        down = u >= tab  # quadrants c, d: the bottom half
+        rows.mul_(2).add_(down)
+        cols.mul_(2).add_((u >= ta) ^ down ^ (u >= tabc))  # quadrants b, d: the right half
+    rows >>= cuts.shape[0] - bits[0]
+    cols >>= cuts.shape[0] - bits[1]
+    inside = (rows < M) & (cols < N)
+    return rows[inside].long() * N + cols[inside]
