@@ -17,6 +17,17 @@ from tkc.sparse import (SparseInputError, SparsePattern, TileLists, as_pattern, 
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread while these tests run: they are many small torch ops, which on a loaded
+    two-core machine spend most of their time waiting in OpenMP barriers (R-MAT with 40k entries:
+    0.02 s on one thread, 1.8 s on two seen under load)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 # A 4 x 6 pattern in CSR order; row 2 is empty.
 SHAPE = (4, 6)
 ROWS = [0, 0, 1, 3, 3, 3]
@@ -70,6 +81,9 @@ def _check_generated(p: SparsePattern, M: int, N: int, nnz: int) -> None:
 def _sources(tmp_path):
     dense = np.zeros(SHAPE)
     dense[ROWS, COLS] = np.arange(1, len(ROWS) + 1)
+    dok = sp.dok_array(SHAPE)
+    for r, c in reversed(list(zip(ROWS, COLS))):  # its .tocsr() has unsorted column indices
+        dok[r, c] = 1.0
     path = tmp_path / "s.mtx"
     scipy.io.mmwrite(str(path), sp.coo_array(dense))
     return {
@@ -80,7 +94,7 @@ def _sources(tmp_path):
         "scipy csr_array": sp.csr_array(dense),
         "scipy coo_array": sp.coo_array(dense),
         "scipy csc (converted)": sp.csc_matrix(dense),
-        "scipy dok (converted)": sp.dok_array(dense),
+        "scipy dok (converted)": dok,
         "mtx path": path,
         "mtx str": str(path),
         "pattern": SparsePattern(*SHAPE, "csr", torch.tensor(ROWS, dtype=torch.int32),
@@ -165,41 +179,51 @@ def _float_indices():
     return m
 
 
-BAD_INPUTS = {
-    "row out of range": (lambda: _torch_coo([0, 7], [1, 2]), "coo", r"row index of entry 1 is 7; expected it in \[0, 4\)"),
-    "col out of range": (lambda: _torch_csr([0, 1, 2, 2, 2], [1, 9]), "csr",
-                         r"column index of entry 1 is 9; expected it in \[0, 6\)"),
-    "negative col": (lambda: SparsePattern(4, 6, "coo", torch.tensor([0, 1], dtype=torch.int32),
-                                           torch.tensor([0, -1], dtype=torch.int32)), "coo",
-                     r"column index of entry 1 is -1"),
-    "unsorted csr row": (lambda: _scipy_csr([0, 0, 0, 0, 3], [1, 4, 2]), "csr",
-                         r"column indices of row 3 are not sorted: 2 comes after 4"),
-    "duplicate csr entry": (lambda: _torch_csr([0, 0, 3, 3, 3], [1, 2, 2]), "csr",
-                            r"duplicate entry \(1, 2\): entries 1 and 2"),
-    "duplicate coo pair": (lambda: _torch_coo([0, 2, 1, 3, 2], [0, 3, 1, 1, 3]), "coo",
-                           r"duplicate entry \(2, 3\): entries 1 and 4"),
-    "float indices": (_float_indices, "csr", r"`col_indices` has dtype float64"),
-    "float pattern": (lambda: SparsePattern(4, 6, "coo", torch.tensor([0.0]), torch.tensor([0])), "coo",
-                      r"`rows` is torch.float32"),
-    "3-D torch": (lambda: torch.sparse_coo_tensor(torch.zeros(3, 1, dtype=torch.long), torch.ones(1), (2, 2, 2)),
-                  "coo", r"3 dimensions \(shape \(2, 2, 2\)\)"),
-    "3-D scipy": (lambda: sp.coo_array(np.ones((2, 2, 2))), "coo", r"3 dimensions"),
-    "crow length": (lambda: _torch_csr([0, 1, 2], [1, 2]), "csr", r"`crow_indices` has 3 elements; expected M \+ 1 = 5"),
-    "crow start": (lambda: _torch_csr([1, 1, 2, 2, 2], [1, 2]), "csr", r"`crow_indices` runs from 1 to 2; expected 0"),
-    "crow end": (lambda: _torch_csr([0, 1, 1, 1, 1], [1, 2]), "csr", r"runs from 0 to 1; expected 0 to nnz = 2"),
-    "crow decreasing": (lambda: _torch_csr([0, 2, 1, 2, 2], [1, 2]), "csr", r"`crow_indices` decreases at row 1: 2 then 1"),
-    "unsorted coo as csr": (lambda: _torch_coo([2, 0], [0, 1]), "csr", r"entry 1 has row 0 after row 2"),
-    "dense tensor": (lambda: torch.eye(3), "csr", r"layout `torch.strided`"),
-    "not a matrix": (lambda: [[0, 1]], "csr", r"from a `list`"),
-}
+def _pattern(M, N, fmt, rows, cols, dtype=torch.int32):
+    return SparsePattern(M, N, fmt, torch.tensor(rows, dtype=dtype), torch.tensor(cols, dtype=torch.int32))
 
 
-@pytest.mark.parametrize("case", list(BAD_INPUTS))
-def test_bad_inputs_are_named(case):
-    make, fmt, message = BAD_INPUTS[case]
+def _coo_3d():
+    return torch.sparse_coo_tensor(torch.zeros(3, 1, dtype=torch.long), torch.ones(1), (2, 2, 2),
+                                   check_invariants=False)
+
+
+BAD_INPUTS = [  # (case, the input, the format asked for, what the message must say)
+    ("row out of range", lambda: _torch_coo([0, 7], [1, 2]), "coo",
+     r"row index of entry 1 is 7; expected it in \[0, 4\)"),
+    ("col out of range", lambda: _torch_csr([0, 1, 2, 2, 2], [1, 9]), "csr",
+     r"column index of entry 1 is 9; expected it in \[0, 6\)"),
+    ("negative col", lambda: _pattern(4, 6, "coo", [0, 1], [0, -1]), "coo", r"column index of entry 1 is -1"),
+    ("unsorted csr row", lambda: _scipy_csr([0, 0, 0, 0, 3], [1, 4, 2]), "csr",
+     r"column indices of row 3 are not sorted: 2 comes after 4"),
+    ("duplicate csr entry", lambda: _torch_csr([0, 0, 3, 3, 3], [1, 2, 2]), "csr",
+     r"duplicate entry \(1, 2\): entries 1 and 2"),
+    ("duplicate coo pair", lambda: _torch_coo([0, 2, 1, 3, 2], [0, 3, 1, 1, 3]), "coo",
+     r"duplicate entry \(2, 3\): entries 1 and 4"),
+    ("duplicate sorted coo pair", lambda: _torch_coo([0, 1, 1], [5, 2, 2]), "coo",
+     r"duplicate entry \(1, 2\): entries 1 and 2"),
+    ("float indices", _float_indices, "csr", r"`col_indices` has dtype float64"),
+    ("float pattern", lambda: _pattern(4, 6, "coo", [0.0], [0], dtype=torch.float32), "coo",
+     r"`rows` is torch.float32"),
+    ("3-D torch", _coo_3d, "coo", r"3 dimensions \(shape \(2, 2, 2\)\)"),
+    ("3-D scipy", lambda: sp.coo_array(np.ones((2, 2, 2))), "coo", r"3 dimensions"),
+    ("crow length", lambda: _torch_csr([0, 1, 2], [1, 2]), "csr",
+     r"`crow_indices` has 3 elements; expected M \+ 1 = 5"),
+    ("crow start", lambda: _torch_csr([1, 1, 2, 2, 2], [1, 2]), "csr", r"`crow_indices` runs from 1 to 2; expected 0"),
+    ("crow end", lambda: _torch_csr([0, 1, 1, 1, 1], [1, 2]), "csr", r"runs from 0 to 1; expected 0 to nnz = 2"),
+    ("crow decreasing", lambda: _torch_csr([0, 2, 1, 2, 2], [1, 2]), "csr",
+     r"`crow_indices` decreases at row 1: 2 then 1"),
+    ("unsorted coo as csr", lambda: _torch_coo([2, 0], [0, 1]), "csr", r"entry 1 has row 0 after row 2"),
+    ("dense tensor", lambda: torch.eye(3), "csr", r"layout `torch.strided`"),
+    ("not a matrix", lambda: [[0, 1]], "csr", r"from a `list`"),
+]
+
+
+@pytest.mark.parametrize("make, fmt, message", [pytest.param(*case[1:], id=case[0]) for case in BAD_INPUTS])
+def test_bad_inputs_are_named(make, fmt, message):
     with pytest.raises(SparseInputError, match=message) as info:
         as_pattern(make(), fmt)
-    assert info.value.message[0].islower() or info.value.message[0] == "`"
+    assert info.value.message[0].islower() or info.value.message[0] == "`"  # house style
 
 
 @pytest.mark.parametrize("M, N, message", [(5, None, "`S` has 4 rows .*expected M = 5"),
@@ -211,7 +235,7 @@ def test_shape_mismatch(tmp_path, M, N, message):
 
 
 def test_unsorted_coo_pattern_rejected_as_csr_everywhere():
-    p = SparsePattern(3, 3, "coo", torch.tensor([0, 0], dtype=torch.int32), torch.tensor([2, 1], dtype=torch.int32))
+    p = _pattern(3, 3, "coo", [0, 0], [2, 1])
     with pytest.raises(SparseInputError, match="column indices of row 0 are not sorted: 1 comes after 2"):
         as_pattern(p, "csr")
     with pytest.raises(SparseInputError, match="not sorted"):
@@ -232,9 +256,10 @@ def test_mtx_errors_name_the_file(tmp_path):
     with pytest.raises(SparseInputError, match=r"`.*truncated\.mtx` is not a valid Matrix Market file") as info:
         as_pattern(truncated, "csr")
     assert "Truncated" in info.value.note  # scipy's reason
-    for name, text in [("banner.mtx", "hello\n"), ("empty.mtx", ""), ("garbage.mtx", HEADER + "3 3 2\n1 1 1.0\n2 x 2\n"),
-                       ("outside.mtx", HEADER + "3 3 1\n4 1 1.0\n"), ("zero.mtx", HEADER + "3 3 1\n0 1 1.0\n"),
-                       ("overflow.mtx", HEADER + "3 3 1\n99999999999999999999 1 1.0\n")]:
+    malformed = {"banner.mtx": "hello\n", "empty.mtx": "", "garbage.mtx": HEADER + "3 3 2\n1 1 1.0\n2 x 2\n",
+                 "outside.mtx": HEADER + "3 3 1\n4 1 1.0\n", "zero.mtx": HEADER + "3 3 1\n0 1 1.0\n",
+                 "overflow.mtx": HEADER + "3 3 1\n99999999999999999999 1 1.0\n"}
+    for name, text in malformed.items():
         with pytest.raises(SparseInputError, match=rf"`.*{name}` is not a valid Matrix Market file"):
             read_mtx(_mtx(tmp_path, text, name))
     dense = str(tmp_path / "dense.mtx")
@@ -326,6 +351,29 @@ def test_rmat_degrees_are_skewed():
     assert max_degree["rmat"] > 10 * max_degree["uniform"], max_degree
     flat = rmat(M, N, nnz, a=0.25, b=0.25, c=0.25, seed=1, noise=0.0)  # a = b = c = d: uniform again
     assert int(torch.bincount(flat.rows).max()) < 40
+
+
+def test_rmat_quadrants_follow_a_b_c_d():
+    for noise in (0.0, 0.1):
+        p = rmat(4096, 4096, 40_000, seed=1, noise=noise)
+        bottom, right = p.rows >= 2048, p.cols >= 2048
+        share = [float(((bottom == i) & (right == j)).float().mean()) for i in (0, 1) for j in (0, 1)]
+        assert 0.45 < share[0] < 0.65 and all(0.14 < s < 0.26 for s in share[1:3]) and share[3] < 0.1, share
+        assert int(torch.bincount(p.cols).max()) > 400  # columns are skewed too
+
+
+def test_uniform_is_unbiased():
+    M = N = 20_000  # the sampling path: draws with replacement, then a random subset
+    p = uniform(M, N, 100_000, seed=5)
+    sigma = M / (12 * p.nnz) ** 0.5  # the standard error of a mean index
+    for idx in (p.rows, p.cols):
+        assert abs(float(idx.double().mean()) - (M - 1) / 2) < 5 * sigma
+    for M, N, nnz in ((4, 4, 4), (40, 10, 4)):  # the permutation and the sampling path
+        hits = np.zeros((M, N))
+        for seed in range(400):
+            hits += _dense(uniform(M, N, nnz, seed=seed))
+        per_row, expected = hits.sum(1), hits.sum() / M
+        assert np.abs(per_row - expected).max() < 5 * expected**0.5, per_row
 
 
 def test_large_generators():

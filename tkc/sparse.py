@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -61,10 +62,12 @@ class SparsePattern:
         for name, t in (("rows", self.rows), ("cols", self.cols)):
             if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.dtype != torch.int32:
                 got = f"{t.dtype} of shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
-                raise SparseInputError(f"`{name}` is {got}; expected a 1-D torch.int32 tensor", "use `.to(torch.int32)`")
+                raise SparseInputError(f"`{name}` is {got}; expected a 1-D torch.int32 tensor",
+                                       "use `.to(torch.int32)`")
         if self.rows.shape != self.cols.shape or self.rows.device != self.cols.device or self.nnz > _INT32_MAX:
-            raise SparseInputError(f"`rows` ({self.rows.numel()} on {self.rows.device}) and `cols` ({self.cols.numel()} "
-                                   f"on {self.cols.device}): expected one of each per entry (< 2^31), on one device")
+            raise SparseInputError(f"`rows` ({self.rows.numel()} on {self.rows.device}) and `cols` "
+                                   f"({self.cols.numel()} on {self.cols.device}): expected one of each per entry "
+                                   "(< 2^31), on one device")
 
     @property
     def nnz(self) -> int:
@@ -105,8 +108,10 @@ class SparsePattern:
         if self.fmt == "coo":
             perm = torch.sort(rows.long() * self.N + cols).indices
             rows, cols, values = rows[perm], cols[perm], values[perm]
-        return torch.sparse_csr_tensor(_row_pointers(rows, self.M), cols, values, (self.M, self.N),
-                                       check_invariants=False)
+        with warnings.catch_warnings():  # torch warns that sparse CSR is in beta on every build
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(_row_pointers(rows, self.M), cols, values, (self.M, self.N),
+                                           check_invariants=False)
 
 
 @dataclass(frozen=True, eq=False)
