@@ -34,6 +34,9 @@ from tkc.cache import Cache
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.tk"))) + sorted(
     glob.glob(os.path.join(ROOT, "tests", "programs", "*.tk")))
+# the sampled gemm (SDDMM, issue 12) has no CUDA lowering yet: tests/test_sddmm.py checks that
+# the backend says so at the statement
+FILES = [p for p in FILES if "tiles(" not in open(p, encoding="utf-8").read()]
 IDS = [os.path.relpath(p, ROOT) for p in FILES]
 NVCC = cuda_runtime.nvcc_path()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
