@@ -233,12 +233,11 @@ class _Lowerer(ExprLowerer):
         if len(grid) > 1:
             raise error(grid[1].loc, "a kernel has one `grid` statement")
         g = grid[0]
-        if S.tiles_grid(self, g) is not None:
-            pass  # `grid (tiles(S, BM, BN)) as (m, n)`: one extent, two names (checked there)
-        elif len(g.vars) != len(g.extents) or not 1 <= len(g.vars) <= 3:
+        tiles = S.tiles_grid(self, g)  # `grid (tiles(S, BM, BN)) as (m, n)`: one extent, two names (checked there)
+        if tiles is None and (len(g.vars) != len(g.extents) or not 1 <= len(g.vars) <= 3):
             raise error(g.loc, f"the grid has {len(g.extents)} extents and {len(g.vars)} names",
                         "give 1 to 3 extents and one block-index name per extent")
-        extents = [] if self.tiles else [exprs.to_str(self.index(e, allow_vars=False)) for e in g.extents]
+        extents = [] if tiles else [exprs.to_str(self.index(e, allow_vars=False)) for e in g.extents]
         if g.threads is not None:
             threads = self.index(g.threads, allow_vars=False)
         else:
@@ -251,7 +250,6 @@ class _Lowerer(ExprLowerer):
         for i, v in enumerate(names):
             if v in names[:i]:
                 raise error(g.loc, f"`{v}` names two grid or rank indices", "give every block index and rank its own name")
-        tiles = S.tiles_grid(self, g)
         launch = O.LaunchOp(regions=[Region()], loc=g.loc, attrs={
             **(tiles or {"grid": extents, "vars": list(g.vars)}), "threads": exprs.to_str(threads)})
         if g.cluster or g.ranks:

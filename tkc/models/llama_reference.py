@@ -51,6 +51,15 @@ class TorchLlama:
         """run.c's rmsnorm: weight * x / sqrt(mean(x^2) + 1e-5)."""
         return weight * (x * torch.rsqrt((x * x).mean() + 1e-5))
 
+    def feed_forward(self, x: torch.Tensor, xb: torch.Tensor, layer: int) -> torch.Tensor:
+        """The rest of a layer after attention output `xb`: x += wo @ xb, then run.c's SwiGLU
+        FFN on rmsnorm(x) added back (x += w2 @ (silu(w1 @ xb) * (w3 @ xb)))."""
+        w = self.w
+        x = x + w["wo"][layer] @ xb
+        xb = self.rmsnorm(x, w["rms_ffn"][layer])
+        hb = torch.nn.functional.silu(w["w1"][layer] @ xb) * (w["w3"][layer] @ xb)
+        return x + w["w2"][layer] @ hb
+
     def rope(self, v: torch.Tensor, pos: int) -> torch.Tensor:
         """Rotate the pairs (v[i], v[i + 1]) of `v` (its first len(v) elements of the model's
         dim-long frequency table) by pos * freq[i / 2]; angles in f32 as run.c."""
@@ -81,10 +90,7 @@ class TorchLlama:
             att = torch.einsum("hd,thd->ht", q.view(c.n_heads, hs), keys) / (hs ** 0.5)
             att = torch.softmax(att, dim=1)
             xb = torch.einsum("ht,thd->hd", att, values).reshape(c.dim)
-            x = x + w["wo"][layer] @ xb
-            xb = self.rmsnorm(x, w["rms_ffn"][layer])
-            hb = torch.nn.functional.silu(w["w1"][layer] @ xb) * (w["w3"][layer] @ xb)
-            x = x + w["w2"][layer] @ hb
+            x = self.feed_forward(x, xb, layer)
         x = self.rmsnorm(x, w["rms_final"])
         return w["wcls"] @ x
 
@@ -152,10 +158,7 @@ class StaticTorchLlama(TorchLlama):
             att = torch.einsum("hd,thd->ht", q.view(c.n_heads, hs), keys) / (hs ** 0.5)
             att = torch.softmax(att.masked_fill(hidden, float("-inf")), dim=1)
             xb = torch.einsum("ht,thd->hd", att, values).reshape(c.dim)
-            x = x + w["wo"][layer] @ xb
-            xb = self.rmsnorm(x, w["rms_ffn"][layer])
-            hb = torch.nn.functional.silu(w["w1"][layer] @ xb) * (w["w3"][layer] @ xb)
-            x = x + w["w2"][layer] @ hb
+            x = self.feed_forward(x, xb, layer)
         x = self.rmsnorm(x, w["rms_final"])
         return w["wcls"] @ x
 
