@@ -32,6 +32,8 @@ class Spec:
     variants: tuple[dict[str, int], ...] = ()
     # input distributions the kernel's math is defined on (tkc/oracle.py DISTRIBUTIONS)
     dists: tuple[str, ...] = ("normal", "negative", "offset", "wide", "ints")
+    # a sparse pattern's (entries, rows, cols) dims: the entries are capped at rows x cols
+    entries: tuple[str, str, str] | None = None
 
 
 _MISS = {"M": "BM", "N": "BN"}
@@ -104,13 +106,13 @@ SPECS: dict[str, Spec] = {
     # and the file's own tiling (one partial 128 x 128 block)
     # SDDMM: tiles of S cut M and N; NNZ entries drawn uniformly (fewer than M x N at every case)
     "examples/sddmm.tk": Spec({"M": 40, "N": 72, "K": 24, "NNZ": 300}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"},
-                              variants=({"BM": 8, "BN": 8},)),
+                              variants=({"BM": 8, "BN": 8},), entries=("NNZ", "M", "N")),
     "examples/sddmm_wmma_16x16x16.tk": Spec({"M": 40, "N": 40, "K": 24, "NNZ": 200}, {"BM": 16, "BN": 16},
-                                            {"M": "BM", "N": "BN"}),
+                                            {"M": "BM", "N": "BN"}, entries=("NNZ", "M", "N")),
     "examples/sddmm_wmma_32x8x16.tk": Spec({"M": 72, "N": 20, "K": 24, "NNZ": 200}, {"BM": 32, "BN": 8},
-                                           {"M": "BM", "N": "BN"}),
+                                           {"M": "BM", "N": "BN"}, entries=("NNZ", "M", "N")),
     "examples/sddmm_wmma_8x32x16.tk": Spec({"M": 20, "N": 72, "K": 24, "NNZ": 200}, {"BM": 8, "BN": 32},
-                                           {"M": "BM", "N": "BN"}),
+                                           {"M": "BM", "N": "BN"}, entries=("NNZ", "M", "N")),
     "examples/sgemm.tk": Spec({"M": 40, "N": 72, "K": 40},
                               {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 2, "WM": 16, "WN": 16, "WNITER": 1,
                                "stages": 2, "threads": 128},
@@ -135,6 +137,9 @@ def fix(spec: Spec, dims: dict[str, int]) -> dict[str, int] | None:
         out[d] = max(unit, out[d] // unit * unit)
     for d in spec.even:
         out[d] += out[d] % 2
+    if spec.entries:
+        nnz, m, n = spec.entries
+        out[nnz] = min(out[nnz], out[m] * out[n])
     for d in spec.at_most_one_tile:
         if out[d] > tile_of(spec, spec.tiles[d], out):
             return None

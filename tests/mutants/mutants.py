@@ -75,8 +75,8 @@ MUTANTS: list[Mutant] = [
       "a tensor whose extent differs from its dim expression (`f32[M, 2 * H]`) is accepted", "cpu",
       tests=("tests/test_runtime.py",)),
     M("lower-dim-expr-as-name", "dsl/lower.py",
-      "else self.dim_expr(d, loc) for d, loc in p.dims)",
-      "else exprs.Num(1) for d, loc in p.dims)",
+      "return exprs.Sym(d) if isinstance(d, str) else self.dim_expr(d, loc)",
+      "return exprs.Sym(d) if isinstance(d, str) else exprs.Num(1)",
       "a dim expression in the signature lowers as extent 1", "cpu", tests=("tests/test_edges.py",)),
     # ---- passes/check_coverage.py (issue 10) ---------------------------------------------------
     M("coverage-loop-extra-iteration", "passes/check_coverage.py",
