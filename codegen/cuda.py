@@ -77,6 +77,10 @@ def c_expr(e: exprs.Expr, name, parent: int = 0, right: bool = False, load=None)
 
 def emit(module: Module) -> str:
     """CUDA C++ source of `module` (final IR); raises TkError for what the backend cannot express."""
+    from codegen import cuda_sddmm
+
+    if cuda_sddmm.sampled_launch(module) is not None:  # a sampled gemm (SDDMM): its own kernel form
+        return cuda_sddmm.emit(module)
     return _Emitter(module).run()
 
 

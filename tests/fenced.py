@@ -59,11 +59,24 @@ def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     before its start)."""
     from tkc.runtime import TORCH_DTYPES, check_indices, check_runtime
 
+    from tkc.sparse import SparsePattern, dispatch_plan
+
     artifact, jit = kernel.specialize(kernel.bind_dims(inputs))
     env = artifact.module.env
     args = artifact.module.func.body.args
+    sampled = kernel._sampled(artifact.module)
+    extras = []
+    if sampled is not None:  # a sampled gemm (SDDMM): B transposed and the pattern's DispatchPlan
+        pattern_at, b_at, bm, bn, dot_below = sampled
+        if kernel.dot_below is not None and dot_below <= bm * bn:
+            dot_below = kernel.dot_below
+        plan = dispatch_plan(inputs[pattern_at].to(inputs[b_at].device), bm, bn, dot_below)
+        extras = [inputs[b_at].t().contiguous(), *plan.tensors()]
     values = [t for t in inputs if isinstance(t, int)]
-    inputs = [t for t in inputs if not isinstance(t, int)]
+    inputs = [x for t in inputs if not isinstance(t, int)
+              for x in ((t.rows, t.cols) if isinstance(t, SparsePattern) else (t,))]
+    zeroed = {op.operands[4].name for op in artifact.module.func.walk()  # a dense sampled output: the
+              if op.name == "tile.sampled_gemm" and op.operands[4].type.rank == 2}  # runtime zero-fills it
     names = [p.name for p in kernel.inputs if p.dims is None]
     check_runtime(artifact.module, dict(zip(names, values)))
     check_indices(artifact.module, {a.name: t for a, t in zip(args, inputs)})
@@ -75,8 +88,13 @@ def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     outs = []
     for i in artifact.module.func.attrs["outputs"]:
         dtype = getattr(torch, TORCH_DTYPES[args[i].type.dtype])
-        outs.append(fenced(args[i].type.concrete_shape(env), dtype, device, next(old) if i in mutable else None))
-    jit(*[v for v, _ in ins], *[v for v, _ in outs], *values)
+        shape = args[i].type.concrete_shape(env)
+        init = next(old) if i in mutable else torch.zeros(shape, dtype=dtype) if args[i].name in zeroed else None
+        outs.append(fenced(shape, dtype, device, init))
+    ins_extra = [fenced(t.shape, t.dtype, device, t) for t in extras]
+    if not extras or extras[-4].numel() + extras[-1].numel():  # an empty pattern launches nothing
+        jit(*[v for v, _ in ins], *[v for v, _ in outs], *values, *[v for v, _ in ins_extra])
+    ins += ins_extra
     if device.type == "cuda":
         torch.cuda.synchronize()
     for kind, pairs in (("input", ins), ("output", outs)):

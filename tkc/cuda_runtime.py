@@ -105,6 +105,9 @@ class CudaLaunch:
         self.grid = tuple(config["grid"])
         self.block = tuple(config["block"])
         self.smem = int(config["smem_bytes"])
+        # a sampled gemm (codegen/cuda_sddmm.py): the grid follows the pattern's DispatchPlan, the
+        # last five tensors (tc_ptr, tc_m, tc_n, tc_order, dot_order), and n_tc, n_dot go last
+        self.dot_per_block = config.get("sddmm", {}).get("dot_per_block")
         self._functions: dict[int, object] = {}  # device index -> cupy RawKernel
         self._streams: dict[tuple, object] = {}  # (device index, torch stream handle) -> cupy stream
 
@@ -158,8 +161,15 @@ class CudaLaunch:
             with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for Stream.from_external
                 warnings.simplefilter("ignore", DeprecationWarning)
                 stream = self._streams[(index, handle)] = cupy.cuda.ExternalStream(handle, index)
+        grid = self.grid
+        if self.dot_per_block is not None:
+            n_tc, n_dot = tensors[-4].numel(), tensors[-1].numel()
+            grid = (n_tc + -(-n_dot // self.dot_per_block), 1, 1)
+            args += [numpy.int32(n_tc), numpy.int32(n_dot)]
+            if grid[0] == 0:
+                return
         with cupy.cuda.Device(index), stream:
-            fn(self.grid, self.block, tuple(args), shared_mem=self.smem)
+            fn(grid, self.block, tuple(args), shared_mem=self.smem)
 
 
 def build(artifact: driver.Artifact, cache: Cache | None = None) -> CudaLaunch:

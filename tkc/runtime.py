@@ -149,6 +149,11 @@ class Kernel:
                         "`tkc tune` measures on the GPU only")
         self._built: dict[tuple, tuple] = {}
         self._fast: dict[tuple, tuple] = {}  # input signature -> what a call needs (see __call__)
+        # A sampled gemm's split (SDDMM): tiles with fewer entries than this are dot products, the
+        # rest tensor-core tiles. None: the `sparse-dispatch` pass's choice (`tkc compile
+        # --explain`); 0 forces tensor cores everywhere, a number above BM * BN dot products
+        # everywhere (for measurements and tests; f32 operands have dot products only).
+        self.dot_below: int | None = None
         dims = {d for p in self.ast.inputs + self.ast.outputs for d, _ in p.dims or [] if isinstance(d, str)}
         for name, value in self.consts.items():
             if name in dims:
@@ -323,12 +328,12 @@ class Kernel:
                       if op.name == "tile.sampled_gemm" and op.operands[4].type.rank == 2}  # off the pattern
             outs = [(shape, dtype, a.name in zeroed) for (shape, dtype), a in
                     zip(outs, (args[i] for i in module.func.attrs["outputs"]))]
-            fast = (module, jit, outs, scalar_names, runtime, indexed)
+            fast = (module, jit, outs, scalar_names, runtime, indexed, self._sampled(module))
             if key is not None:
                 self._fast[key] = fast
         else:
             tensors = tuple(self._as_tensor(t, i) if p.dims is None else t for i, (p, t) in enumerate(zip(self.inputs, tensors)))
-        module, jit, outs, scalar_names, runtime, indexed = fast
+        module, jit, outs, scalar_names, runtime, indexed, sampled = fast
         values = [t for p, t in zip(self.inputs, tensors) if p.dims is None]
         arrays = [x for p, t in zip(self.inputs, tensors) if p.dims is not None
                   for x in ((t.rows, t.cols) if p.dtype in SPARSE_FORMATS else (t,))]
@@ -379,8 +384,37 @@ class Kernel:
                 outputs.append(t)
             else:
                 outputs.append((torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device))
-        jit(*[t if t.is_contiguous() else t.contiguous() for t in arrays], *outputs, *values)
+        extras = []
+        if sampled is not None and self.target != INTERP:  # the tile lists of a sampled gemm (SDDMM)
+            from tkc.sparse import dispatch_plan
+
+            pattern_at, b_at, bm, bn, dot_below = sampled
+            if self.dot_below is not None and dot_below <= bm * bn:  # (no override without a tensor-core path)
+                dot_below = int(self.dot_below)
+            plan = dispatch_plan(tensors[pattern_at], bm, bn, dot_below)
+            if plan.n_tc + plan.n_dot == 0:  # no entries: nothing to launch (P is empty or zeros)
+                return outputs[0] if len(outputs) == 1 else tuple(outputs)
+            b = tensors[b_at]
+            bt = b.t() if b.t().is_contiguous() else b.t().contiguous()  # free for a transposed view
+            extras = [bt, *plan.tensors()]
+        jit(*[t if t.is_contiguous() else t.contiguous() for t in arrays], *outputs, *values, *extras)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _sampled(self, module):
+        """(pattern input position, B input position, BM, BN, dot_below) of the kernel's sampled
+        gemm, or None: the runtime passes its launch data (tkc.sparse.DispatchPlan and B
+        transposed) after the outputs."""
+        from dsl import exprs
+
+        op = next((op for op in module.func.walk() if op.name == "tile.sampled_gemm"), None)
+        if op is None:
+            return None
+        name = op.attrs["pattern"]
+        b_name = op.operands[1].name
+        pattern_at = next(i for i, p in enumerate(self.inputs) if p.name == name)
+        b_at = next(i for i, p in enumerate(self.inputs) if p.name == b_name)
+        bm, bn = (exprs.evaluate(exprs.parse(x), module.env) for x in op.attrs["tile"])
+        return pattern_at, b_at, bm, bn, int(op.attrs.get("dot_below", 0))
 
     @property
     def n_mutable(self) -> int:

@@ -249,6 +249,64 @@ def tile_lists(p: SparsePattern, BM: int, BN: int) -> TileLists:
     return p._memo[key]
 
 
+@dataclass(frozen=True, eq=False)
+class DispatchPlan:
+    """The launch data of a sampled gemm (SDDMM) over a pattern's BM x BN tiles, split by the
+    `sparse-dispatch` pass's threshold `dot_below` (entries per tile): int32 tensors on the
+    pattern's device, passed to the kernel after its outputs (codegen/cuda_sddmm.py and
+    codegen/tilelang.py read them in this order).
+
+    - tc_ptr [n_tc + 1], tc_m [n_tc], tc_n [n_tc], tc_order [tc_ptr[-1]]: the tensor-core tiles
+      (at least `dot_below` entries): tile t covers rows tc_m[t]*BM + [0, BM) and columns
+      tc_n[t]*BN + [0, BN); its entries are tc_order[tc_ptr[t]:tc_ptr[t + 1]] (entry indices into
+      rows/cols/P, in S's order within the tile). Tiles in row-major tile order.
+    - dot_order [n_dot]: the entries of the other tiles, computed as one dot product each, in
+      (row, column) order so that consecutive entries share A's row.
+
+    Every entry is in exactly one of tc_order and dot_order."""
+
+    tc_ptr: torch.Tensor
+    tc_m: torch.Tensor
+    tc_n: torch.Tensor
+    tc_order: torch.Tensor
+    dot_order: torch.Tensor
+
+    @property
+    def n_tc(self) -> int:
+        return self.tc_m.numel()
+
+    @property
+    def n_dot(self) -> int:
+        return self.dot_order.numel()
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.tc_ptr, self.tc_m, self.tc_n, self.tc_order, self.dot_order)
+
+
+def dispatch_plan(p: SparsePattern, BM: int, BN: int, dot_below: int) -> DispatchPlan:
+    """`p`'s entries split between tensor-core tiles (BM x BN tiles with >= `dot_below` entries)
+    and dot products (the rest), as DispatchPlan. Memoized per (pattern object, BM, BN,
+    dot_below), like tile_lists (which it builds on): the cost of a first call with a new
+    pattern object is the pattern's preprocessing."""
+    key = ("dispatch", BM, BN, int(dot_below))
+    if key not in p._memo:
+        tl = tile_lists(p, BM, BN)
+        counts = tl.tile_ptr[1:] - tl.tile_ptr[:-1]
+        tc = counts >= dot_below
+        dev = p.rows.device
+        tc_counts = counts[tc]
+        tc_ptr = torch.zeros(tc_counts.numel() + 1, dtype=torch.int32, device=dev)
+        tc_ptr[1:] = tc_counts.cumsum(0)
+        slot_tc = torch.repeat_interleave(tc, counts.long()) if p.nnz else torch.zeros(0, dtype=torch.bool, device=dev)
+        tc_order = tl.order[slot_tc]
+        dot = tl.order[~slot_tc].long()
+        if dot.numel():  # (row, column) order: consecutive entries share A's row (and B's columns nearby)
+            dot = dot[torch.sort(p.rows[dot].long() * max(p.N, 1) + p.cols[dot].long()).indices]
+        p._memo[key] = DispatchPlan(tc_ptr, tl.tile_m[tc].contiguous(), tl.tile_n[tc].contiguous(),
+                                    tc_order.contiguous(), dot.int().contiguous())
+    return p._memo[key]
+
+
 def _first(mask: torch.Tensor) -> int | None:  # the index of the first True, None if none
     return int(mask.nonzero()[0, 0]) if bool(mask.any()) else None
 

@@ -1,0 +1,69 @@
+"""Probe: the SDDMM kernel of examples/sddmm.tk on the CUDA backend with the sparse-dispatch split
+forced to all tensor-core tiles, all dot products, and the cost model's choice, against
+torch.sparse.sampled_addmm (cuSPARSE, f32) at a few issue-12 shapes (uniform and R-MAT, K = 256).
+Times: triton.testing.do_bench medians (ms), preprocessing cached per pattern. Prints a table.
+
+    source .device/env.sh && python3 benchmarks/probes/sddmm_split.py
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+from triton.testing import do_bench
+
+import tkc
+from tkc import sparse as sp
+
+SHAPES = [(10000, 10000, 5_000_000, "uniform"), (10000, 10000, 5_000_000, "rmat"), (10000, 10000, 1_000_000, "uniform"),
+          (36692, 36692, 368_000, "uniform"), (916428, 916428, 5_100_000, "uniform")]
+K = 256
+
+
+def main() -> int:
+    shapes = SHAPES if len(sys.argv) < 2 else [s for s in SHAPES if f"{s[0]}:{s[2]}:{s[3]}" in sys.argv[1:]]
+    kernel = tkc.compile("examples/sddmm.tk", target="cuda")
+    print("| shape | pattern | split | tkc ms | cuSPARSE ms | speedup | n_tc tiles | dot entries | prep s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for M, N, nnz, kind in shapes:
+        t0 = time.perf_counter()
+        p = (sp.rmat if kind == "rmat" else sp.uniform)(M, N, nnz, seed=1).to("cuda")
+        gen_s = time.perf_counter() - t0
+        A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        S = p.to_torch(layout="csr")
+        try:
+            cus = do_bench(lambda: torch.sparse.sampled_addmm(S, A.float(), B.float(), beta=0.0), warmup=50, rep=200)
+        except RuntimeError as exc:
+            cus = float("nan")
+            print(f"cuSPARSE failed: {exc}".splitlines()[0])
+        artifact, _ = kernel.specialize(kernel.bind_dims([A, B, p]))  # compile outside the timings
+        model = kernel._sampled(artifact.module)[4]
+        ref = None
+        for split, below in (("model", None), ("tensor-cores", 0), ("dots", 10**9)):
+            if split == "tensor-cores" and nnz < M * N // 10**4:  # one entry per tile: minutes of waste
+                continue
+            kernel.dot_below = below
+            kernel(A, B, p)
+            torch.cuda.synchronize()
+            fresh = sp.SparsePattern(M, N, "csr", p.rows.clone(), p.cols.clone())
+            t0 = time.perf_counter()
+            P = kernel(A, B, fresh)  # checks and tile lists of a new pattern object
+            torch.cuda.synchronize()
+            prep = time.perf_counter() - t0
+            if ref is None:
+                rows, cols = p.rows.long(), p.cols.long()
+                ref = torch.cat([(A[rows[i:i + (1 << 20)]].float() * B[:, cols[i:i + (1 << 20)]].t().float()).sum(1)
+                                 for i in range(0, nnz, 1 << 20)])
+            err = ((P - ref).abs().max() / ref.abs().max()).item()
+            ms = do_bench(lambda: kernel(A, B, p), warmup=50, rep=200)
+            plan = sp.dispatch_plan(p, 32, 32, below if below is not None else model)
+            print(f"| {M}x{N} nnz {nnz} | {kind} | {split} | {ms:.3f} | {cus:.3f} | {cus / ms:.1f}x | {plan.n_tc} | "
+                  f"{plan.n_dot} | {prep:.3f} (gen {gen_s:.1f}) | err {err:.1e} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

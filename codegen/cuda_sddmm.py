@@ -1,0 +1,292 @@
+"""CUDA lowering of the sampled gemm (SDDMM, seed 003): a `tiles` grid holding one `tile.sampled_gemm`.
+
+The kernel runs over the launch data of tkc.sparse.DispatchPlan (passed after the outputs: B
+transposed as Bt [N, K], then tc_ptr, tc_m, tc_n, tc_order, dot_order, then the counts n_tc and
+n_dot as ints), with a grid the runtime sizes per pattern: n_tc + cdiv(n_dot, DOT_PER_BLOCK) blocks.
+
+- Blocks [0, n_tc): one BM x BN tensor-core tile each (tiles with at least `dot_below` entries,
+  passes/sparse_dispatch.py). A's BM rows and Bt's BN rows stream through shared memory in K
+  chunks of BK (cp.async, two stages, zero-filled past M, N and K); each warp owns a block of
+  16x8 mma.sync m16n8k16 atoms (ldmatrix fragments, f32 accumulators); the accumulators go to
+  shared memory and the block writes the tile's entries: P[e] = C[row_e - m0][col_e - n0].
+- Blocks from n_tc on: DOT_PER_BLOCK entries of dot_order each, G lanes per entry (each lane a
+  strided share of K in 16-byte vectors of A's row and Bt's row, f32 fma, a shuffle reduction over
+  the G lanes). dot_order is sorted by row, so a group's consecutive entries reuse A's row in L1.
+
+f16 and bf16 operands use both paths; f32 and f64 operands have no tensor-core path (the pass
+puts every tile on dot products). P is f32[NNZ] (P[e]) or dense [M, N] (P[row_e * N + col_e],
+zero-filled by the runtime). The recorded grid in `tkc-launch` is the largest the pattern's dims
+allow (every tile plus every entry); blocks past the real count return at once.
+"""
+
+from __future__ import annotations
+
+import json
+
+from dsl import exprs
+from dsl.diagnostics import error
+from dsl.ir import Module, Op
+from codegen.cuda_prelude import C_TYPES, PRELUDE
+from passes.sparse_dispatch import MMA_SHAPE
+
+ARCH = "sm_90a"
+TC_DTYPES = ("f16", "bf16")
+SMEM_BUDGET = 96 * 1024  # bytes of the two K stages; larger tiles take a smaller BK
+MIN_BLOCKS = 1
+
+
+def sampled_launch(module: Module) -> tuple[Op, Op] | None:
+    """(launch, sampled gemm) when `module` is a sampled-gemm kernel; a located TkError when a
+    `tiles` grid holds anything else (what the GPU backends can lower)."""
+    launch = next((op for op in module.func.body.ops if op.name == "tile.launch" and "tiles" in op.attrs), None)
+    if launch is None:
+        return None
+    ops = [op for op in launch.body.ops]
+    sampled = [op for op in ops if op.name == "tile.sampled_gemm"]
+    if len(ops) != 1 or len(sampled) != 1:
+        other = next((op for op in ops if op.name != "tile.sampled_gemm"), launch)
+        raise error(other.loc, "the GPU backends lower a `tiles` grid that holds exactly one sampled gemm "
+                    "(`P[S] = A[...] @ B[...]`)", "move other work into its own kernel, or run on `--target interp`")
+    if module.func.attrs.get("scalars"):
+        raise error(launch.loc, "a kernel with a `tiles` grid takes no runtime scalars on the GPU backends",
+                    "make the scalar a problem dim or a schedule constant")
+    if sum(1 for op in module.func.body.ops if op.name == "tile.launch") != 1:
+        raise error(launch.loc, "a sampled-gemm kernel has exactly one `grid`")
+    return launch, sampled[0]
+
+
+def _c(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+
+
+def emit(module: Module) -> str:
+    launch, op = sampled_launch(module)
+    func, env = module.func, module.env
+    kname = func.attrs.get("sym_name", "kernel")
+    a, b, rows, cols, out = op.operands
+    M, K = (exprs.evaluate(d, env) if not isinstance(d, int) else d for d in a.type.shape)
+    N = b.type.shape[1] if isinstance(b.type.shape[1], int) else exprs.evaluate(b.type.shape[1], env)
+    nnz = rows.type.shape[0] if isinstance(rows.type.shape[0], int) else exprs.evaluate(rows.type.shape[0], env)
+    bm, bn = (exprs.evaluate(exprs.parse(t), env) for t in op.attrs["tile"])
+    threads = exprs.evaluate(exprs.parse(launch.attrs["threads"]), env)
+    if not 32 <= threads <= 1024 or threads % 32:
+        raise error(launch.loc, f"the CUDA backend runs a sampled gemm with whole warps; `threads` is {threads}",
+                    "use a multiple of 32 from 32 to 1024")
+    dt, odt = a.type.dtype, out.type.dtype
+    if b.type.dtype != dt:
+        raise error(op.loc, f"the sampled gemm's operands are {dt} and {b.type.dtype} on the CUDA backend; "
+                    "they must have one dtype", "cast one of them in the caller")
+    tc = dt in TC_DTYPES and int(op.attrs.get("dot_below", 0)) <= bm * bn
+    dense = out.type.rank == 2
+    esize = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8}[dt]
+    vec = 16 // esize  # elements per 16-byte vector
+    kvec = K % vec == 0  # rows start 16-byte aligned: vector loads
+    # the dot path: G lanes per entry, each lane K / G elements (a whole number of vectors if it can)
+    g = 1
+    while g < 32 and K >= (g * 2) * vec * 2:
+        g *= 2
+    dot_per_block = (threads // g) * 4
+    # tensor-core tiles: padded to the mma atom, K in chunks of BK
+    mm, mn, mk = MMA_SHAPE
+    bmp, bnp = -(-bm // mm) * mm, -(-bn // mn) * mn
+    kp = -(-K // mk) * mk
+    bk = min(kp, 64)
+    while bk > mk and 2 * (bmp + bnp) * (bk + 8) * esize > SMEM_BUDGET:
+        bk //= 2
+    pitch = bk + 8  # elements per smem row: 16 bytes of padding keeps ldmatrix rows off one bank
+    stage_elems = (bmp + bnp) * pitch
+    cpitch = bnp + 4
+    smem = max(2 * stage_elems * esize, bmp * cpitch * 4) if tc else 0
+    warps = threads // 32
+    am, an = bmp // mm, bnp // mn
+    wgm = min(am, warps)
+    while warps % wgm:
+        wgm -= 1
+    wgn = warps // wgm
+    fm, fn = -(-am // wgm), -(-an // wgn)  # atoms per warp (some warps idle when the tile is small)
+    tiles_bound = max(-(-M // bm), 1) * max(-(-N // bn), 1)
+    grid_bound = tiles_bound + -(-nnz // dot_per_block)
+    T, OT = C_TYPES[dt], C_TYPES[odt]
+    config = {"kernel": kname, "grid": [max(grid_bound, 1), 1, 1], "block": [threads, 1, 1], "cluster": [1, 1, 1],
+              "smem_bytes": smem, "sddmm": {"dot_per_block": dot_per_block}}
+    L = []
+    w = L.append
+    w(f"// Generated by tkc from {func.loc.file}: kernel `{kname}`, CUDA C++ for {ARCH}.")
+    w("// Do not edit: regenerate with `tkc compile --target cuda`.")
+    w(f"// Sampled gemm (SDDMM) at {op.loc.file}:{op.loc.line}:{op.loc.col}: P[e] = A[row_e, :] . B[:, col_e] over the "
+      f"entries of `{op.attrs['pattern']}`, {bm} x {bn} tiles, K = {K}.")
+    w(f"// Launch: grid (n_tc + cdiv(n_dot, {dot_per_block}), 1, 1) from the pattern's DispatchPlan (at most "
+      f"{grid_bound}), block ({threads}, 1, 1), dynamic shared memory {smem} bytes.")
+    w(f"// Tiles with fewer than {op.attrs.get('dot_below', 0)} entries are dot products "
+      f"(sparse-dispatch){'' if tc else '; this kernel has no tensor-core path (' + dt + ' operands)'}.")
+    w(f"// Build: nvcc -arch={ARCH} -cubin -O3 kernel.cu (tkc.compile(..., target=\"cuda\") does it)")
+    for i, v in enumerate(func.body.args):
+        role = "output" if i in func.attrs.get("outputs", []) else "input"
+        w(f"// {role} {v.name}: {v.type.dtype}[{', '.join(str(exprs.evaluate(d, env) if not isinstance(d, int) else d) for d in v.type.shape)}]")
+    w(f"// launch data (tkc.sparse.DispatchPlan): Bt {dt}[N, K], tc_ptr i32[n_tc + 1], tc_m i32[n_tc], tc_n i32[n_tc], "
+      "tc_order i32[..], dot_order i32[n_dot], then n_tc and n_dot by value")
+    w(f"// tkc-launch: {json.dumps(config)}")
+    L.extend(PRELUDE.rstrip("\n").split("\n"))
+    w("")
+    w("// ---- kernel --------------------------------------------------------------------------------")
+    w("")
+    w(f"constexpr int M = {M}, N = {N}, K = {K}, BM = {bm}, BN = {bn};")
+    w(f"constexpr int THREADS = {threads}, G = {g}, DOT_PER_BLOCK = {dot_per_block};")
+    if tc:
+        w(f"constexpr int BMP = {bmp}, BNP = {bnp}, BK = {bk}, PITCH = {pitch}, CPITCH = {cpitch};")
+        w(f"constexpr int KT = {-(-kp // bk)};  // K chunks")
+        w(f"constexpr int FM = {fm}, FN = {fn}, WGN = {wgn};  // mma atoms per warp, warps along N")
+    w("")
+    w(f"__device__ __forceinline__ float tk_f(const {T} x) {{ return {_to_f32(dt, 'x')}; }}")
+    w(f"__device__ __forceinline__ {OT} tk_o(const float x) {{ return {_from_f32(odt, 'x')}; }}")
+    if tc:
+        w("__device__ __forceinline__ void tk_ldmatrix_x2(unsigned& r0, unsigned& r1, const void* smem_row) {")
+        w("    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));")
+        w('    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\\n" : "=r"(r0), "=r"(r1) : "r"(a));')
+        w("}")
+    w("")
+    sparse_args = (f"const {T}* __restrict__ Bt, const int* __restrict__ tc_ptr, const int* __restrict__ tc_m, "
+                   "const int* __restrict__ tc_n, const int* __restrict__ tc_order, const int* __restrict__ dot_order, "
+                   "const int n_tc, const int n_dot")
+    w(f"extern \"C\" __global__ void __launch_bounds__({threads}) {kname}(const {T}* __restrict__ A, "
+      f"const {T}* __restrict__ B, const int* __restrict__ rows, const int* __restrict__ cols, {OT}* __restrict__ P, "
+      f"{sparse_args}) {{")
+    w("    const int tid = threadIdx.x;")
+    w("    const int blk = blockIdx.x;")
+    index = "(size_t)r * N + c" if dense else "e"
+    if tc:
+        w("    if (blk < n_tc) {  // ---- a tensor-core tile ----")
+        w("        extern __shared__ __align__(128) unsigned char smem[];")
+        w(f"        {T}* const st = reinterpret_cast<{T}*>(smem);  // 2 stages of [BMP rows of A | BNP rows of Bt][PITCH]")
+        w("        const int m0 = tc_m[blk] * BM, n0 = tc_n[blk] * BN;")
+        w("        const int warp = tid / 32, lane = tid % 32;")
+        w("        const int wm = warp / WGN, wn = warp % WGN;")
+        w("        float acc[FM][FN][4];")
+        w("        #pragma unroll")
+        w("        for (int i = 0; i < FM; ++i)")
+        w("            #pragma unroll")
+        w("            for (int j = 0; j < FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;")
+        # stage loader
+        w("        auto load = [&](int stage, int kt) {")
+        w(f"            {T}* const s = st + stage * {stage_elems};")
+        w("            const int k0 = kt * BK;")
+        if kvec:
+            w(f"            constexpr int VPR = BK / {vec};  // 16-byte vectors per row")
+            w("            for (int i = tid; i < (BMP + BNP) * VPR; i += THREADS) {")
+            w(f"                const int row = i / VPR, k = k0 + (i % VPR) * {vec};")
+            w("                const bool is_a = row < BMP;")
+            w("                const int g_row = is_a ? m0 + row : n0 + row - BMP;")
+            w("                const bool ok = k < K && g_row < (is_a ? M : N);")
+            w(f"                const {T}* src = ok ? (is_a ? A : Bt) + (size_t)g_row * K + k : A;")
+            w(f"                tk_cp_async<16>(s + row * PITCH + (i % VPR) * {vec}, src, ok);")
+            w("            }")
+            w("            tk_cp_async_commit();")
+        else:
+            w("            for (int i = tid; i < (BMP + BNP) * BK; i += THREADS) {")
+            w("                const int row = i / BK, k = k0 + i % BK;")
+            w("                const bool is_a = row < BMP;")
+            w("                const int g_row = is_a ? m0 + row : n0 + row - BMP;")
+            w("                const bool ok = k < K && g_row < (is_a ? M : N);")
+            w(f"                s[row * PITCH + i % BK] = ok ? (is_a ? A : Bt)[(size_t)g_row * K + k] : {T}(0.0f);")
+            w("            }")
+        w("        };")
+        w("        load(0, 0);")
+        w("        for (int kt = 0; kt < KT; ++kt) {")
+        if kvec:
+            w("            if (kt + 1 < KT) {")
+            w("                load((kt + 1) & 1, kt + 1);")
+            w("                tk_cp_async_wait<1>();")
+            w("            } else {")
+            w("                tk_cp_async_wait<0>();")
+            w("            }")
+            w("            __syncthreads();")
+        else:
+            w("            __syncthreads();")
+        w(f"            const {T}* const sa = st + (kt & 1) * {stage_elems};")
+        w("            const " + T + "* const sb = sa + BMP * PITCH;")
+        w("            #pragma unroll")
+        w("            for (int kk = 0; kk < BK; kk += 16) {")
+        w("                unsigned af[FM][4], bf[FN][2];")
+        w("                #pragma unroll")
+        w("                for (int i = 0; i < FM; ++i) {")
+        w("                    const int am = (wm * FM + i) * 16;")
+        w("                    if (am < BMP) tk_ldmatrix_x4(af[i], sa + (am + lane % 16) * PITCH + kk + (lane / 16) * 8);")
+        w("                }")
+        w("                #pragma unroll")
+        w("                for (int j = 0; j < FN; ++j) {")
+        w("                    const int an = (wn * FN + j) * 8;")
+        w("                    if (an < BNP) tk_ldmatrix_x2(bf[j][0], bf[j][1], sb + (an + lane % 8) * PITCH + kk + ((lane / 8) % 2) * 8);")
+        w("                }")
+        w("                #pragma unroll")
+        w("                for (int i = 0; i < FM; ++i)")
+        w("                    #pragma unroll")
+        w("                    for (int j = 0; j < FN; ++j)")
+        w("                        if ((wm * FM + i) * 16 < BMP && (wn * FN + j) * 8 < BNP)")
+        w(f"                            tk_mma_16816<{T}>(acc[i][j], af[i], bf[j][0], bf[j][1]);")
+        w("            }")
+        w("            __syncthreads();")
+        if not kvec:
+            w("            if (kt + 1 < KT) load((kt + 1) & 1, kt + 1);")
+        w("        }")
+        w("        float* const cs = reinterpret_cast<float*>(smem);  // the tile's products [BMP][CPITCH]")
+        w("        #pragma unroll")
+        w("        for (int i = 0; i < FM; ++i)")
+        w("            #pragma unroll")
+        w("            for (int j = 0; j < FN; ++j) {")
+        w("                const int r = (wm * FM + i) * 16 + lane / 4, c = (wn * FN + j) * 8 + (lane % 4) * 2;")
+        w("                if (r < BMP && c < BNP) {")
+        w("                    cs[r * CPITCH + c] = acc[i][j][0];")
+        w("                    cs[r * CPITCH + c + 1] = acc[i][j][1];")
+        w("                    cs[(r + 8) * CPITCH + c] = acc[i][j][2];")
+        w("                    cs[(r + 8) * CPITCH + c + 1] = acc[i][j][3];")
+        w("                }")
+        w("            }")
+        w("        __syncthreads();")
+        w("        const int end = tc_ptr[blk + 1];")
+        w("        for (int s = tc_ptr[blk] + tid; s < end; s += THREADS) {")
+        w("            const int e = tc_order[s];")
+        w("            const int r = rows[e], c = cols[e];")
+        w(f"            P[{index}] = tk_o(cs[(r - m0) * CPITCH + (c - n0)]);")
+        w("        }")
+        w("        return;")
+        w("    }")
+    else:
+        w("    if (blk < n_tc) return;  // no tensor-core tiles for these operands (sparse-dispatch sends all to dots)")
+    # ---- dot products ----
+    w("    // ---- dot products: G lanes per entry ----")
+    w("    const int first = (blk - n_tc) * DOT_PER_BLOCK;")
+    w("    if (first >= n_dot) return;")
+    w("    const int grp = tid / G, gl = tid % G;")
+    w("    const int last = min(first + DOT_PER_BLOCK, n_dot);")
+    w("    for (int base = first; base < last; base += THREADS / G) {  // uniform trip count: whole warps shuffle")
+    w("        const int q = base + grp;")
+    w("        const bool ok = q < last;")
+    w("        const int e = ok ? dot_order[q] : 0;")
+    w("        const int r = ok ? rows[e] : 0, c = ok ? cols[e] : 0;")
+    w(f"        const {T}* const ar = A + (size_t)r * K;")
+    w(f"        const {T}* const br = Bt + (size_t)c * K;")
+    w("        float sum = 0.0f;")
+    if kvec:
+        w(f"        for (int k = gl * {vec}; ok && k < K; k += G * {vec}) {{")
+        w(f"            alignas(16) {T} av[{vec}], bv[{vec}];")
+        w("            tk_load<16>(av, ar + k);")
+        w("            tk_load<16>(bv, br + k);")
+        w("            #pragma unroll")
+        w(f"            for (int t = 0; t < {vec}; ++t) sum = fmaf(tk_f(av[t]), tk_f(bv[t]), sum);")
+        w("        }")
+    else:
+        w("        for (int k = gl; ok && k < K; k += G) sum = fmaf(tk_f(ar[k]), tk_f(br[k]), sum);")
+    w("        #pragma unroll")
+    w("        for (int o = G / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);")
+    w(f"        if (ok && gl == 0) P[{index}] = tk_o(sum);")
+    w("    }")
+    w("}")
+    return "\n".join(L) + "\n"
+
+
+def _to_f32(dt: str, x: str) -> str:
+    return {"f16": f"__half2float({x})", "bf16": f"__bfloat162float({x})", "f32": x, "f64": f"(float){x}"}[dt]
+
+
+def _from_f32(dt: str, x: str) -> str:
+    return {"f16": f"__float2half({x})", "bf16": f"__float2bfloat16({x})", "f32": x, "f64": f"(double){x}"}[dt]

@@ -1,0 +1,151 @@
+"""`sparse-dispatch`: per tile, tensor cores or CUDA-core dot products for a sampled gemm (SDDMM).
+
+A `tile.sampled_gemm` in a `tiles` grid computes, for each BM x BN tile of the pattern S that
+holds an entry, the products at the tile's entries. Two ways to do it:
+
+- **tensor-core tile**: stage A's BM x K rows and B's K x BN columns in shared memory and multiply
+  the whole tile (mma.sync), then pick the entries out of the accumulator. Its cost does not
+  depend on how many entries the tile holds: (BM + BN) * K operand elements come from L2 and
+  2 * BM * BN * K flops go through the tensor cores.
+- **dot products**: one f32 dot product of length K per entry, reading A's row and B's column
+  (a row of B transposed) from L2: 2 * K operand elements and 2 * K CUDA-core flops per entry.
+
+A tile with c entries costs c * t_dot on the second path and t_tile on the first, so a tile with
+fewer than `dot_below` = ceil(t_tile / t_dot) entries is cheaper as dot products. This pass
+estimates both from the target's rates (RATES below; published peaks and measured L2 bandwidth,
+to be calibrated by benchmarks/sddmm.py) and sets on the op `dot_below` (an entry count; 0 = every
+tile on tensor cores) and `mma` (the tensor-core instruction shape [m, n, k]). The runtime splits
+each pattern's tiles by that threshold (tkc.sparse.dispatch_plan) and the backends compute the two
+lists. Uniform random patterns at density d put d * BM * BN entries in a tile, so the choice
+follows the density; power-law (R-MAT) patterns mix dense and sparse tiles, which is where a
+per-tile choice pays.
+
+Option `dot_below=N` fixes the threshold (0: tensor cores only; a large N: dot products only);
+`target=sm_90` picks the rates. `explain(module)` describes the choice (`tkc compile --explain`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dsl import exprs
+from dsl.diagnostics import error
+from dsl.ir import Module, Op
+from dsl.types import DTYPES
+from passes.options import PIPELINE_LOC, options_from
+
+MMA_SHAPE = [16, 8, 16]  # mma.sync.aligned.m16n8k16 (f16/bf16 inputs, f32 accumulators), sm_80+
+MMA_DTYPES = ("f16", "bf16")  # operand dtypes with a tensor-core path
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Whole-GPU throughputs the estimates use (per second)."""
+
+    l2_bytes: float  # L2 -> SM operand bandwidth, bytes/s
+    mma_flops: float  # dense f16 mma.sync with f32 accumulation, flop/s (achievable, not wgmma peak)
+    fma_flops: float  # f32 CUDA-core fma, flop/s
+    source: str
+
+
+# H100 SXM: 989 TFLOP/s dense f16 (wgmma) and 67 TFLOP/s f32 are NVIDIA's datasheet peaks; mma.sync
+# reaches roughly half the wgmma peak; the L2 figure is a round estimate of measured H100 L2
+# bandwidth (about 5.5 to 7 TB/s in public microbenchmarks). Estimates for a decision, not promises.
+RATES = {"sm_90": Rates(7.0e12, 500e12, 67e12, "H100 SXM: datasheet peaks, mma.sync at half of wgmma, L2 about 7 TB/s")}
+RATES["sm_90a"] = RATES["sm_90"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    bm: int
+    bn: int
+    k: int
+    elem: int  # bytes per A/B element
+    t_tile: float  # seconds per tensor-core tile
+    t_dot: float  # seconds per dot-product entry
+    tile_bytes: int
+    tile_flops: int
+    dot_below: int
+    rates: Rates
+
+
+def estimate(bm: int, bn: int, k: int, elem: int, rates: Rates) -> Estimate:
+    """Costs of one tile on each path and the entry count where they cross (see the module doc)."""
+    pm, pn = -(-bm // MMA_SHAPE[0]) * MMA_SHAPE[0], -(-bn // MMA_SHAPE[1]) * MMA_SHAPE[1]  # padded to the mma
+    pk = -(-k // MMA_SHAPE[2]) * MMA_SHAPE[2]
+    tile_bytes = (bm + bn) * k * elem
+    tile_flops = 2 * pm * pn * pk
+    t_tile = max(tile_bytes / rates.l2_bytes, tile_flops / rates.mma_flops)
+    t_dot = 2 * k * elem / rates.l2_bytes + 2 * k / rates.fma_flops
+    return Estimate(bm, bn, k, elem, t_tile, t_dot, tile_bytes, tile_flops, max(1, math.ceil(t_tile / t_dot)), rates)
+
+
+@dataclass(frozen=True)
+class SparseDispatchPass:
+    name = "sparse-dispatch"
+    dot_below: int = -1  # -1: from the cost model
+    target: str = "sm_90"
+
+    @classmethod
+    def from_options(cls, options: dict[str, str]) -> "SparseDispatchPass":
+        p = cls(**options_from(cls, cls.name, options))
+        if p.target not in RATES:
+            raise error(PIPELINE_LOC, f"`sparse-dispatch` has no rates for target `{p.target}`",
+                        f"targets: {', '.join(sorted(RATES))}")
+        if p.dot_below < -1:
+            raise error(PIPELINE_LOC, "`dot_below` of `sparse-dispatch` is an entry count (>= 0), or -1 for the "
+                        "cost model")
+        return p
+
+    def spec(self) -> str:
+        opts = [f"target={self.target}"] + ([f"dot_below={self.dot_below}"] if self.dot_below >= 0 else [])
+        return f"{self.name}{{{','.join(opts)}}}"
+
+    def run(self, module: Module) -> Module:
+        for op in module.func.walk():
+            if op.name == "tile.sampled_gemm":
+                est = op_estimate(module, op, self.target)
+                if op.operands[0].type.dtype not in MMA_DTYPES:  # no tensor-core path: every tile on dots
+                    op.attrs["dot_below"] = est.bm * est.bn + 1
+                    continue
+                op.attrs["dot_below"] = est.dot_below if self.dot_below < 0 else self.dot_below
+                op.attrs["mma"] = list(MMA_SHAPE)
+        return module
+
+
+def op_estimate(module: Module, op: Op, target: str = "sm_90") -> Estimate:
+    env = module.env
+    bm, bn = (exprs.evaluate(exprs.parse(t), env) for t in op.attrs["tile"])
+    a = op.operands[0]
+    k = a.type.shape[1] if isinstance(a.type.shape[1], int) else exprs.evaluate(a.type.shape[1], env)
+    return estimate(bm, bn, k, DTYPES[a.type.dtype][0], RATES[target])
+
+
+def explain(module: Module, target: str = "sm_90") -> list[str]:
+    """One paragraph per sampled gemm: the tile, both estimates and the threshold in use."""
+    out = []
+    for op in module.func.walk():
+        if op.name != "tile.sampled_gemm":
+            continue
+        e = op_estimate(module, op, target)
+        used = op.attrs.get("dot_below", e.dot_below)
+        area = e.bm * e.bn
+        if op.operands[0].type.dtype not in MMA_DTYPES:
+            out.append(f"{op.loc.file}:{op.loc.line}:{op.loc.col}: sparse-dispatch for `{op.attrs['pattern']}` "
+                       f"({e.bm} x {e.bn} tiles, K = {e.k}): {op.operands[0].type.dtype} operands have no tensor-core "
+                       f"path; every entry is a CUDA-core dot product ({e.t_dot * 1e9:.3f} ns per entry)")
+            continue
+        out.append(
+            f"{op.loc.file}:{op.loc.line}:{op.loc.col}: sparse-dispatch for `{op.attrs['pattern']}` "
+            f"({e.bm} x {e.bn} tiles, K = {e.k}):\n"
+            f"  tensor-core tile: {e.t_tile * 1e9:.2f} ns per tile = max({e.tile_bytes} bytes of A and B from L2 "
+            f"at {e.rates.l2_bytes / 1e12:.1f} TB/s, {e.tile_flops} flops of mma {'x'.join(map(str, MMA_SHAPE))} at "
+            f"{e.rates.mma_flops / 1e12:.0f} TFLOP/s)\n"
+            f"  dot product:      {e.t_dot * 1e9:.3f} ns per entry ({2 * e.k * e.elem} bytes from L2, {2 * e.k} f32 "
+            f"flops at {e.rates.fma_flops / 1e12:.0f} TFLOP/s)\n"
+            f"  choice: a tile with fewer than {used} entries ({100 * used / area:.1f}% of its {area} positions) is "
+            f"computed as dot products, the others on tensor cores"
+            + ("" if used == e.dot_below else f" (fixed by the pass option; the cost model says {e.dot_below})")
+            + f"\n  rates: {e.rates.source}")
+    return out

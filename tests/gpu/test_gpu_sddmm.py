@@ -1,0 +1,131 @@
+"""SDDMM (issue 12) on the GPU: every example through both GPU backends, on both paths of the
+`sparse-dispatch` split (all tiles on tensor cores, all entries as dot products, and the cost
+model's mix), at tile-edge shapes (M, N not multiples of the tile, K not a multiple of 16 or of
+8), uniform and R-MAT patterns, empty rows, an empty and a full pattern, f16, bf16 and f32
+operands; against torch in float64 on the same inputs (tolerance from tkc/oracle.py's budget for
+the kernel's dtypes and K). Inputs and outputs are fenced by NaN (tests/fenced.py): a store
+outside P or an entry left unwritten fails.
+
+Run on the device machine: `python3 -m pytest -q -m gpu tests/gpu/test_gpu_sddmm.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+import tkc
+from tkc import oracle
+from tkc import sparse as sp
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from fenced import launch_fenced  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLES = ["sddmm", "sddmm_wmma_16x16x16", "sddmm_wmma_32x8x16", "sddmm_wmma_8x32x16"]
+TARGETS = ("cuda", "tilelang")
+SPLITS = {"model": None, "tensor-cores": 0, "dots": 10**9}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("tkc-cache"))
+
+
+def _pattern(kind: str, M: int, N: int, nnz: int, seed: int, fmt: str) -> sp.SparsePattern:
+    p = sp.rmat(M, N, nnz, seed=seed) if kind == "rmat" else sp.uniform(M, N, nnz, seed=seed)
+    if fmt == "coo" and p.nnz:  # a COO pattern in a shuffled order: P follows it
+        perm = torch.randperm(p.nnz, generator=torch.Generator().manual_seed(seed))
+        p = sp.SparsePattern(M, N, "coo", p.rows[perm].contiguous(), p.cols[perm].contiguous())
+    return p
+
+
+def _check(kernel, A, B, p, dtype=torch.float32):
+    """Run fenced, compare with float64 torch at the entries (dense P: zero elsewhere)."""
+    inputs = [A, B, p]
+    artifact, _ = kernel.specialize(kernel.bind_dims([A, B, sp.as_pattern(p, kernel.inputs[2].dtype)]))
+    module = artifact.module
+    (out,) = launch_fenced(kernel, inputs)
+    torch.cuda.synchronize()
+    rows, cols = p.rows.long().cuda(), p.cols.long().cuda()
+    full = A.double() @ B.double()
+    vals = full[rows, cols]
+    if out.dim() == 2:
+        ref = torch.zeros_like(full)
+        ref[rows, cols] = vals
+    else:
+        ref = vals
+    assert not torch.isnan(out).any(), f"{int(torch.isnan(out).sum())} entries of P left unwritten"
+    if p.nnz == 0:
+        assert out.numel() == 0 or bool((out == 0).all())
+        return
+    (name, odt), = oracle.outputs(module)
+    tol = oracle.error_budgets(module)[name].tol(odt)
+    err = oracle.rel_error(out, ref)
+    assert err <= tol, f"relative error {err:.3e} > tolerance {tol:.3e}"
+
+
+def _operands(M: int, N: int, K: int, dtype, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    # a mix of magnitudes (and signs) so that a wrong pairing of rows and columns shows
+    A = (torch.randn(M, K, generator=g) * torch.exp2(torch.randint(-3, 3, (M, 1), generator=g).float())).to(dtype)
+    B = (torch.randn(K, N, generator=g) * torch.exp2(torch.randint(-3, 3, (1, N), generator=g).float())).to(dtype)
+    return A.cuda(), B.cuda()
+
+
+@pytest.mark.parametrize("split", list(SPLITS))
+@pytest.mark.parametrize("example", EXAMPLES)
+@pytest.mark.parametrize("target", TARGETS)
+def test_examples_on_both_paths(target, example, split, cache_dir):
+    kernel = tkc.compile(os.path.join(ROOT, "examples", f"{example}.tk"), target=target, cache_dir=cache_dir)
+    kernel.dot_below = SPLITS[split]
+    fmt = kernel.inputs[2].dtype
+    for seed, (M, N, K, nnz, kind) in enumerate([(157, 203, 40, 3000, "uniform"),  # partial tiles, K % 16 != 0
+                                                 (300, 260, 256, 30000, "rmat"),  # dense and sparse tiles
+                                                 (64, 48, 24, 64 * 48, "uniform")]):  # every position
+        A, B = _operands(M, N, K, torch.float16, seed)
+        _check(kernel, A, B, _pattern(kind, M, N, nnz, seed, fmt))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_odd_k_empty_rows_and_empty_pattern(target, cache_dir):
+    kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target=target, cache_dir=cache_dir)
+    A, B = _operands(90, 70, 13, torch.float16, 7)  # K = 13: no 16-byte vectors
+    p = sp.uniform(90, 70, 400, seed=3)
+    keep = p.rows % 3 != 0  # every third row empty
+    p = sp.SparsePattern(90, 70, "csr", p.rows[keep].contiguous(), p.cols[keep].contiguous())
+    for split in SPLITS.values():
+        kernel.dot_below = split
+        _check(kernel, A, B, p)
+    _check(kernel, A, B, sp.uniform(90, 70, 0))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+@pytest.mark.parametrize("target", TARGETS)
+def test_other_operand_dtypes(target, dtype, tmp_path, cache_dir):
+    src = open(os.path.join(ROOT, "examples", "sddmm.tk")).read().replace("f16[", f"{dtype}[")
+    path = tmp_path / f"sddmm_{dtype}.tk"
+    path.write_text(src)
+    kernel = tkc.compile(str(path), target=target, cache_dir=cache_dir)
+    tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dtype]
+    for split in SPLITS.values():
+        kernel.dot_below = split
+        A, B = _operands(130, 100, 72, tdt, 11)
+        _check(kernel, A, B, sp.rmat(130, 100, 2500, seed=5))
+
+
+def test_api_with_torch_sparse_and_transposed_b(cache_dir):
+    """The public call: a torch CSR tensor in, values in its order out; B given as a transposed
+    view (the common `X.T` of attention and GNNs) is read without a copy."""
+    kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="cuda", cache_dir=cache_dir)
+    A, X = _operands(500, 400, 64, torch.float16, 3)
+    Bt = X.t().contiguous().t()  # [K, N] view of an [N, K] tensor
+    p = sp.uniform(500, 400, 9000, seed=9)
+    S = p.to_torch(layout="csr").cuda()
+    P = kernel(A, Bt, S)
+    ref = torch.sparse.sampled_addmm(S.to(torch.float64), A.double(), Bt.double(), beta=0.0).values()
+    assert oracle.rel_error(P, ref) < 1e-5
