@@ -32,7 +32,8 @@ from passes.sparse_dispatch import MMA_SHAPE
 ARCH = "sm_90a"
 TC_DTYPES = ("f16", "bf16")
 SMEM_BUDGET = 96 * 1024  # bytes of the two K stages; larger tiles take a smaller BK
-MIN_BLOCKS = 1
+DOT_ENTRIES = 4  # entries a group of lanes computes at once (their loads overlap)
+DOT_ITERS = 2  # rounds of those per block
 
 
 def sampled_launch(module: Module) -> tuple[Op, Op] | None:
@@ -80,22 +81,25 @@ def emit(module: Module) -> str:
     dense = out.type.rank == 2
     esize = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8}[dt]
     vec = 16 // esize  # elements per 16-byte vector
-    kvec = K % vec == 0  # rows start 16-byte aligned: vector loads
-    # the dot path: G lanes per entry, each lane K / G elements (a whole number of vectors if it can)
+    kvec = K % vec == 0  # rows of A and Bt start 16-byte aligned: vector loads
+    # the dot path: G lanes per entry (each lane a strided share of K), E entries per group at once
     g = 1
     while g < 32 and K >= (g * 2) * vec * 2:
         g *= 2
-    dot_per_block = (threads // g) * 4
-    # tensor-core tiles: padded to the mma atom, K in chunks of BK
+    e_per, iters = DOT_ENTRIES, DOT_ITERS
+    dot_per_block = (threads // g) * e_per * iters
+    # tensor-core tiles: padded to the mma atom, K in chunks of BK through two shared-memory stages
     mm, mn, mk = MMA_SHAPE
     bmp, bnp = -(-bm // mm) * mm, -(-bn // mn) * mn
     kp = -(-K // mk) * mk
     bk = min(kp, 64)
-    while bk > mk and 2 * (bmp + bnp) * (bk + 8) * esize > SMEM_BUDGET:
+    bpitch = bnp + 8  # 16 bytes of padding per row keep ldmatrix rows on distinct banks
+    while bk > mk and 2 * (bmp * (bk + 8) + bk * bpitch) * esize > SMEM_BUDGET:
         bk //= 2
-    pitch = bk + 8  # elements per smem row: 16 bytes of padding keeps ldmatrix rows off one bank
-    stage_elems = (bmp + bnp) * pitch
+    apitch = bk + 8
+    stage_elems = bmp * apitch + bk * bpitch
     cpitch = bnp + 4
+    asyncs = kvec and N % vec == 0 and bn % vec == 0  # 16-byte cp.async for A's and B's rows
     smem = max(2 * stage_elems * esize, bmp * cpitch * 4) if tc else 0
     warps = threads // 32
     am, an = bmp // mm, bnp // mn
@@ -122,27 +126,30 @@ def emit(module: Module) -> str:
     w(f"// Build: nvcc -arch={ARCH} -cubin -O3 kernel.cu (tkc.compile(..., target=\"cuda\") does it)")
     for i, v in enumerate(func.body.args):
         role = "output" if i in func.attrs.get("outputs", []) else "input"
-        w(f"// {role} {v.name}: {v.type.dtype}[{', '.join(str(exprs.evaluate(d, env) if not isinstance(d, int) else d) for d in v.type.shape)}]")
-    w(f"// launch data (tkc.sparse.DispatchPlan): Bt {dt}[N, K], tc_ptr i32[n_tc + 1], tc_m i32[n_tc], tc_n i32[n_tc], "
-      "tc_order i32[..], dot_order i32[n_dot], then n_tc and n_dot by value")
+        shape = ", ".join(str(d if isinstance(d, int) else exprs.evaluate(d, env)) for d in v.type.shape)
+        w(f"// {role} {v.name}: {v.type.dtype}[{shape}]")
+    w(f"// launch data (tkc.sparse.DispatchPlan): Bt {dt}[N, K] (read only when n_dot > 0), tc_ptr i32[n_tc + 1], "
+      "tc_m i32[n_tc], tc_n i32[n_tc], tc_order i32[..], dot_order i32[n_dot], then n_tc and n_dot by value")
     w(f"// tkc-launch: {json.dumps(config)}")
     L.extend(PRELUDE.rstrip("\n").split("\n"))
     w("")
     w("// ---- kernel --------------------------------------------------------------------------------")
     w("")
     w(f"constexpr int M = {M}, N = {N}, K = {K}, BM = {bm}, BN = {bn};")
-    w(f"constexpr int THREADS = {threads}, G = {g}, DOT_PER_BLOCK = {dot_per_block};")
+    w(f"constexpr int THREADS = {threads}, G = {g}, E = {e_per}, ITERS = {iters}, DOT_PER_BLOCK = {dot_per_block};")
     if tc:
-        w(f"constexpr int BMP = {bmp}, BNP = {bnp}, BK = {bk}, PITCH = {pitch}, CPITCH = {cpitch};")
+        w(f"constexpr int BMP = {bmp}, BNP = {bnp}, BK = {bk}, APITCH = {apitch}, BPITCH = {bpitch}, CPITCH = {cpitch};")
         w(f"constexpr int KT = {-(-kp // bk)};  // K chunks")
         w(f"constexpr int FM = {fm}, FN = {fn}, WGN = {wgn};  // mma atoms per warp, warps along N")
     w("")
     w(f"__device__ __forceinline__ float tk_f(const {T} x) {{ return {_to_f32(dt, 'x')}; }}")
     w(f"__device__ __forceinline__ {OT} tk_o(const float x) {{ return {_from_f32(odt, 'x')}; }}")
     if tc:
-        w("__device__ __forceinline__ void tk_ldmatrix_x2(unsigned& r0, unsigned& r1, const void* smem_row) {")
+        w("// two 8x8 b16 matrices, transposed: the k-major B fragment of one 16x8 mma atom (lanes 0-15 give rows)")
+        w("__device__ __forceinline__ void tk_ldmatrix_x2_trans(unsigned& r0, unsigned& r1, const void* smem_row) {")
         w("    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));")
-        w('    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\\n" : "=r"(r0), "=r"(r1) : "r"(a));')
+        w('    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\\n" : "=r"(r0), "=r"(r1) '
+          ': "r"(a));')
         w("}")
     w("")
     sparse_args = (f"const {T}* __restrict__ Bt, const int* __restrict__ tc_ptr, const int* __restrict__ tc_m, "
@@ -155,133 +162,164 @@ def emit(module: Module) -> str:
     w("    const int blk = blockIdx.x;")
     index = "(size_t)r * N + c" if dense else "e"
     if tc:
-        w("    if (blk < n_tc) {  // ---- a tensor-core tile ----")
-        w("        extern __shared__ __align__(128) unsigned char smem[];")
-        w(f"        {T}* const st = reinterpret_cast<{T}*>(smem);  // 2 stages of [BMP rows of A | BNP rows of Bt][PITCH]")
-        w("        const int m0 = tc_m[blk] * BM, n0 = tc_n[blk] * BN;")
-        w("        const int warp = tid / 32, lane = tid % 32;")
-        w("        const int wm = warp / WGN, wn = warp % WGN;")
-        w("        float acc[FM][FN][4];")
-        w("        #pragma unroll")
-        w("        for (int i = 0; i < FM; ++i)")
-        w("            #pragma unroll")
-        w("            for (int j = 0; j < FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;")
-        # stage loader
-        w("        auto load = [&](int stage, int kt) {")
-        w(f"            {T}* const s = st + stage * {stage_elems};")
-        w("            const int k0 = kt * BK;")
-        if kvec:
-            w(f"            constexpr int VPR = BK / {vec};  // 16-byte vectors per row")
-            w("            for (int i = tid; i < (BMP + BNP) * VPR; i += THREADS) {")
-            w(f"                const int row = i / VPR, k = k0 + (i % VPR) * {vec};")
-            w("                const bool is_a = row < BMP;")
-            w("                const int g_row = is_a ? m0 + row : n0 + row - BMP;")
-            w("                const bool ok = k < K && g_row < (is_a ? M : N);")
-            w(f"                const {T}* src = ok ? (is_a ? A : Bt) + (size_t)g_row * K + k : A;")
-            w(f"                tk_cp_async<16>(s + row * PITCH + (i % VPR) * {vec}, src, ok);")
-            w("            }")
-            w("            tk_cp_async_commit();")
-        else:
-            w("            for (int i = tid; i < (BMP + BNP) * BK; i += THREADS) {")
-            w("                const int row = i / BK, k = k0 + i % BK;")
-            w("                const bool is_a = row < BMP;")
-            w("                const int g_row = is_a ? m0 + row : n0 + row - BMP;")
-            w("                const bool ok = k < K && g_row < (is_a ? M : N);")
-            w(f"                s[row * PITCH + i % BK] = ok ? (is_a ? A : Bt)[(size_t)g_row * K + k] : {T}(0.0f);")
-            w("            }")
-        w("        };")
-        w("        load(0, 0);")
-        w("        for (int kt = 0; kt < KT; ++kt) {")
-        if kvec:
-            w("            if (kt + 1 < KT) {")
-            w("                load((kt + 1) & 1, kt + 1);")
-            w("                tk_cp_async_wait<1>();")
-            w("            } else {")
-            w("                tk_cp_async_wait<0>();")
-            w("            }")
-            w("            __syncthreads();")
-        else:
-            w("            __syncthreads();")
-        w(f"            const {T}* const sa = st + (kt & 1) * {stage_elems};")
-        w("            const " + T + "* const sb = sa + BMP * PITCH;")
-        w("            #pragma unroll")
-        w("            for (int kk = 0; kk < BK; kk += 16) {")
-        w("                unsigned af[FM][4], bf[FN][2];")
-        w("                #pragma unroll")
-        w("                for (int i = 0; i < FM; ++i) {")
-        w("                    const int am = (wm * FM + i) * 16;")
-        w("                    if (am < BMP) tk_ldmatrix_x4(af[i], sa + (am + lane % 16) * PITCH + kk + (lane / 16) * 8);")
-        w("                }")
-        w("                #pragma unroll")
-        w("                for (int j = 0; j < FN; ++j) {")
-        w("                    const int an = (wn * FN + j) * 8;")
-        w("                    if (an < BNP) tk_ldmatrix_x2(bf[j][0], bf[j][1], sb + (an + lane % 8) * PITCH + kk + ((lane / 8) % 2) * 8);")
-        w("                }")
-        w("                #pragma unroll")
-        w("                for (int i = 0; i < FM; ++i)")
-        w("                    #pragma unroll")
-        w("                    for (int j = 0; j < FN; ++j)")
-        w("                        if ((wm * FM + i) * 16 < BMP && (wn * FN + j) * 8 < BNP)")
-        w(f"                            tk_mma_16816<{T}>(acc[i][j], af[i], bf[j][0], bf[j][1]);")
-        w("            }")
-        w("            __syncthreads();")
-        if not kvec:
-            w("            if (kt + 1 < KT) load((kt + 1) & 1, kt + 1);")
-        w("        }")
-        w("        float* const cs = reinterpret_cast<float*>(smem);  // the tile's products [BMP][CPITCH]")
-        w("        #pragma unroll")
-        w("        for (int i = 0; i < FM; ++i)")
-        w("            #pragma unroll")
-        w("            for (int j = 0; j < FN; ++j) {")
-        w("                const int r = (wm * FM + i) * 16 + lane / 4, c = (wn * FN + j) * 8 + (lane % 4) * 2;")
-        w("                if (r < BMP && c < BNP) {")
-        w("                    cs[r * CPITCH + c] = acc[i][j][0];")
-        w("                    cs[r * CPITCH + c + 1] = acc[i][j][1];")
-        w("                    cs[(r + 8) * CPITCH + c] = acc[i][j][2];")
-        w("                    cs[(r + 8) * CPITCH + c + 1] = acc[i][j][3];")
-        w("                }")
-        w("            }")
-        w("        __syncthreads();")
-        w("        const int end = tc_ptr[blk + 1];")
-        w("        for (int s = tc_ptr[blk] + tid; s < end; s += THREADS) {")
-        w("            const int e = tc_order[s];")
-        w("            const int r = rows[e], c = cols[e];")
-        w(f"            P[{index}] = tk_o(cs[(r - m0) * CPITCH + (c - n0)]);")
-        w("        }")
-        w("        return;")
-        w("    }")
+        _tensor_core_tile(w, T, index, asyncs, vec, stage_elems)
     else:
         w("    if (blk < n_tc) return;  // no tensor-core tiles for these operands (sparse-dispatch sends all to dots)")
-    # ---- dot products ----
-    w("    // ---- dot products: G lanes per entry ----")
+    _dot_products(w, T, dense, kvec, vec)
+    w("}")
+    return "\n".join(L) + "\n"
+
+
+def _tensor_core_tile(w, T: str, index: str, asyncs: bool, vec: int, stage_elems: int) -> None:
+    """Blocks [0, n_tc): the tile's A rows [BMP][BK] and B columns [BK][BNP] per K chunk in shared
+    memory (two stages), mma.sync m16n8k16 per warp atom, then the entries out of the products."""
+    w("    if (blk < n_tc) {  // ---- a tensor-core tile ----")
+    w("        extern __shared__ __align__(128) unsigned char smem[];")
+    w(f"        {T}* const st = reinterpret_cast<{T}*>(smem);  // 2 stages of A [BMP][APITCH] then B [BK][BPITCH]")
+    w("        const int m0 = tc_m[blk] * BM, n0 = tc_n[blk] * BN;")
+    w("        const int warp = tid / 32, lane = tid % 32;")
+    w("        const int wm = warp / WGN, wn = warp % WGN;")
+    w("        float acc[FM][FN][4];")
+    w("        #pragma unroll")
+    w("        for (int i = 0; i < FM; ++i)")
+    w("            #pragma unroll")
+    w("            for (int j = 0; j < FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;")
+    w("        auto load = [&](int stage, int kt) {  // zero-filled past M, N and K")
+    w(f"            {T}* const sa = st + stage * {stage_elems};")
+    w("            " + T + "* const sb = sa + BMP * APITCH;")
+    w("            const int k0 = kt * BK;")
+    if asyncs:
+        w(f"            for (int i = tid; i < BMP * (BK / {vec}); i += THREADS) {{  // A: 16-byte vectors along K")
+        w(f"                const int row = i / (BK / {vec}), k = k0 + (i % (BK / {vec})) * {vec};")
+        w("                const bool ok = k < K && m0 + row < M;")
+        w(f"                tk_cp_async<16>(sa + row * APITCH + (i % (BK / {vec})) * {vec}, "
+          "ok ? A + (size_t)(m0 + row) * K + k : A, ok);")
+        w("            }")
+        w(f"            for (int i = tid; i < BK * (BNP / {vec}); i += THREADS) {{  // B: 16-byte vectors along N")
+        w(f"                const int kr = i / (BNP / {vec}), n = n0 + (i % (BNP / {vec})) * {vec};")
+        w("                const bool ok = k0 + kr < K && n < N;")
+        w(f"                tk_cp_async<16>(sb + kr * BPITCH + (i % (BNP / {vec})) * {vec}, "
+          "ok ? B + (size_t)(k0 + kr) * N + n : B, ok);")
+        w("            }")
+        w("            tk_cp_async_commit();")
+    else:
+        w("            for (int i = tid; i < BMP * BK; i += THREADS) {")
+        w("                const int row = i / BK, k = k0 + i % BK;")
+        w(f"                sa[row * APITCH + i % BK] = k < K && m0 + row < M ? A[(size_t)(m0 + row) * K + k] : {T}(0.0f);")
+        w("            }")
+        w("            for (int i = tid; i < BK * BNP; i += THREADS) {")
+        w("                const int kr = i / BNP, n = n0 + i % BNP;")
+        w(f"                sb[kr * BPITCH + i % BNP] = k0 + kr < K && n < N ? B[(size_t)(k0 + kr) * N + n] : {T}(0.0f);")
+        w("            }")
+    w("        };")
+    w("        load(0, 0);")
+    w("        for (int kt = 0; kt < KT; ++kt) {")
+    if asyncs:
+        w("            if (kt + 1 < KT) {  // the next chunk flies while this one is multiplied")
+        w("                load((kt + 1) & 1, kt + 1);")
+        w("                tk_cp_async_wait<1>();")
+        w("            } else {")
+        w("                tk_cp_async_wait<0>();")
+        w("            }")
+    w("            __syncthreads();")
+    w(f"            const {T}* const sa = st + (kt & 1) * {stage_elems};")
+    w(f"            const {T}* const sb = sa + BMP * APITCH;")
+    w("            #pragma unroll")
+    w("            for (int kk = 0; kk < BK; kk += 16) {")
+    w("                unsigned af[FM][4], bf[FN][2];")
+    w("                #pragma unroll")
+    w("                for (int i = 0; i < FM; ++i) {")
+    w("                    const int ar = (wm * FM + i) * 16;")
+    w("                    if (ar < BMP) tk_ldmatrix_x4(af[i], sa + (ar + lane % 16) * APITCH + kk + (lane / 16) * 8);")
+    w("                }")
+    w("                #pragma unroll")
+    w("                for (int j = 0; j < FN; ++j) {")
+    w("                    const int bc = (wn * FN + j) * 8;")
+    w("                    if (bc < BNP) tk_ldmatrix_x2_trans(bf[j][0], bf[j][1], sb + (kk + lane % 16) * BPITCH + bc);")
+    w("                }")
+    w("                #pragma unroll")
+    w("                for (int i = 0; i < FM; ++i)")
+    w("                    #pragma unroll")
+    w("                    for (int j = 0; j < FN; ++j)")
+    w("                        if ((wm * FM + i) * 16 < BMP && (wn * FN + j) * 8 < BNP)")
+    w(f"                            tk_mma_16816<{T}>(acc[i][j], af[i], bf[j][0], bf[j][1]);")
+    w("            }")
+    w("            __syncthreads();")
+    if not asyncs:
+        w("            if (kt + 1 < KT) load((kt + 1) & 1, kt + 1);")
+    w("        }")
+    w("        float* const cs = reinterpret_cast<float*>(smem);  // the tile's products [BMP][CPITCH]")
+    w("        #pragma unroll")
+    w("        for (int i = 0; i < FM; ++i)")
+    w("            #pragma unroll")
+    w("            for (int j = 0; j < FN; ++j) {")
+    w("                const int r = (wm * FM + i) * 16 + lane / 4, c = (wn * FN + j) * 8 + (lane % 4) * 2;")
+    w("                if (r < BMP && c < BNP) {")
+    w("                    cs[r * CPITCH + c] = acc[i][j][0];")
+    w("                    cs[r * CPITCH + c + 1] = acc[i][j][1];")
+    w("                    cs[(r + 8) * CPITCH + c] = acc[i][j][2];")
+    w("                    cs[(r + 8) * CPITCH + c + 1] = acc[i][j][3];")
+    w("                }")
+    w("            }")
+    w("        __syncthreads();")
+    w("        const int end = tc_ptr[blk + 1];")
+    w("        for (int s = tc_ptr[blk] + tid; s < end; s += THREADS) {")
+    w("            const int e = tc_order[s];")
+    w("            const int r = rows[e], c = cols[e];")
+    w(f"            P[{index}] = tk_o(cs[(r - m0) * CPITCH + (c - n0)]);")
+    w("        }")
+    w("        return;")
+    w("    }")
+
+
+def _dot_products(w, T: str, dense: bool, kvec: bool, vec: int) -> None:
+    """Blocks from n_tc on: DOT_PER_BLOCK entries of dot_order, E at a time per group of G lanes
+    (all their loads in flight together), a shuffle reduction over the group. Every lane runs the
+    same trip counts, so whole warps reach the shuffles."""
+    index = "(size_t)r[u] * N + c[u]" if dense else "e[u]"
+    w("    // ---- dot products: G lanes per entry, E entries per group at once ----")
     w("    const int first = (blk - n_tc) * DOT_PER_BLOCK;")
     w("    if (first >= n_dot) return;")
     w("    const int grp = tid / G, gl = tid % G;")
-    w("    const int last = min(first + DOT_PER_BLOCK, n_dot);")
-    w("    for (int base = first; base < last; base += THREADS / G) {  // uniform trip count: whole warps shuffle")
-    w("        const int q = base + grp;")
-    w("        const bool ok = q < last;")
-    w("        const int e = ok ? dot_order[q] : 0;")
-    w("        const int r = ok ? rows[e] : 0, c = ok ? cols[e] : 0;")
-    w(f"        const {T}* const ar = A + (size_t)r * K;")
-    w(f"        const {T}* const br = Bt + (size_t)c * K;")
-    w("        float sum = 0.0f;")
+    w("    #pragma unroll 1")
+    w("    for (int it = 0; it < ITERS; ++it) {")
+    w("        const int base = first + (it * (THREADS / G) + grp) * E;")
+    w("        int e[E], r[E], c[E];")
+    w("        #pragma unroll")
+    w("        for (int u = 0; u < E; ++u) e[u] = base + u < n_dot ? dot_order[base + u] : -1;")
+    w("        #pragma unroll")
+    w("        for (int u = 0; u < E; ++u) {")
+    w("            r[u] = e[u] >= 0 ? rows[e[u]] : 0;")
+    w("            c[u] = e[u] >= 0 ? cols[e[u]] : 0;")
+    w("        }")
+    w("        float sum[E];")
+    w("        #pragma unroll")
+    w("        for (int u = 0; u < E; ++u) sum[u] = 0.0f;")
     if kvec:
-        w(f"        for (int k = gl * {vec}; ok && k < K; k += G * {vec}) {{")
-        w(f"            alignas(16) {T} av[{vec}], bv[{vec}];")
-        w("            tk_load<16>(av, ar + k);")
-        w("            tk_load<16>(bv, br + k);")
+        w(f"        for (int k = gl * {vec}; k < K; k += G * {vec}) {{")
+        w(f"            alignas(16) {T} av[E][{vec}], bv[E][{vec}];")
         w("            #pragma unroll")
-        w(f"            for (int t = 0; t < {vec}; ++t) sum = fmaf(tk_f(av[t]), tk_f(bv[t]), sum);")
+        w("            for (int u = 0; u < E; ++u) {  // (an entry past the end reads row 0: in bounds, unused)")
+        w("                tk_load<16>(av[u], A + (size_t)r[u] * K + k);")
+        w("                tk_load<16>(bv[u], Bt + (size_t)c[u] * K + k);")
+        w("            }")
+        w("            #pragma unroll")
+        w("            for (int u = 0; u < E; ++u)")
+        w("                #pragma unroll")
+        w(f"                for (int t = 0; t < {vec}; ++t) sum[u] = fmaf(tk_f(av[u][t]), tk_f(bv[u][t]), sum[u]);")
         w("        }")
     else:
-        w("        for (int k = gl; ok && k < K; k += G) sum = fmaf(tk_f(ar[k]), tk_f(br[k]), sum);")
+        w("        for (int k = gl; k < K; k += G)")
+        w("            #pragma unroll")
+        w("            for (int u = 0; u < E; ++u)")
+        w("                sum[u] = fmaf(tk_f(A[(size_t)r[u] * K + k]), tk_f(Bt[(size_t)c[u] * K + k]), sum[u]);")
     w("        #pragma unroll")
-    w("        for (int o = G / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);")
-    w(f"        if (ok && gl == 0) P[{index}] = tk_o(sum);")
+    w("        for (int u = 0; u < E; ++u) {")
+    w("            #pragma unroll")
+    w("            for (int o = G / 2; o > 0; o /= 2) sum[u] += __shfl_xor_sync(0xffffffffu, sum[u], o);")
+    w(f"            if (e[u] >= 0 && gl == 0) P[{index}] = tk_o(sum[u]);")
+    w("        }")
     w("    }")
-    w("}")
-    return "\n".join(L) + "\n"
 
 
 def _to_f32(dt: str, x: str) -> str:

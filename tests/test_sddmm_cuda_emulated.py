@@ -1,0 +1,108 @@
+"""The CUDA backend's SDDMM kernel (codegen/cuda_sddmm.py) on the CPU emulation
+(tests/cuda_emu): its dot-product path and its launch data (tkc.sparse.DispatchPlan, B transposed,
+a grid sized per pattern), with f32 operands (the emulation has no f16 and no tensor cores; the
+tensor-core path runs in tests/gpu/test_gpu_sddmm.py). Against torch in float64 at the entries,
+values output (starting as NaN: an entry left unwritten fails) and dense output (zero-filled, as
+the runtime does), K with and without 16-byte vectors, tiles cut by M and N, empty rows."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from codegen import cuda
+from tkc import driver, oracle
+from tkc import sparse as sp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_emu"))
+import emulate  # noqa: E402
+
+if emulate.gxx() is None:
+    pytest.skip("no g++ with C++20 <barrier> for the CUDA emulation", allow_module_level=True)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KERNEL = """kernel sddmm<BM={bm}, BN={bn}, threads={threads}>(A: f32[M, K], B: f32[K, N], S: {fmt}[M, N, NNZ]) -> (P: f32[{out}])
+    where M = {M}, N = {N}, K = {K}, NNZ = {nnz}
+{{
+    grid (tiles(S, BM, BN)) as (m, n) threads(threads)
+    P[S] = A[m*BM : +BM, :] @ B[:, n*BN : +BN]
+}}
+"""
+_BUILT: dict[str, tuple] = {}
+
+
+def _kernel(tmp_path, **kw):
+    text = KERNEL.format(**kw)
+    if text not in _BUILT:
+        path = tmp_path / "sddmm_f32.tk"
+        path.write_text(text)
+        module = driver.optimize(driver.frontend(str(path)), "cuda")
+        source = cuda.emit(module)
+        work = tmp_path / f"emu{len(_BUILT)}"
+        work.mkdir()
+        dtypes = ["f32", "f32", "i32", "i32", "f32", "f32", "i32", "i32", "i32", "i32", "i32"]
+        exe = emulate.build(source, dtypes, 2, str(work))
+        op = next(o for o in module.func.walk() if o.name == "tile.sampled_gemm")
+        _BUILT[text] = (exe, str(work), int(op.attrs["dot_below"]), module, source)
+    return _BUILT[text]
+
+
+def _run(exe: str, work: str, arrays: list[np.ndarray], ints: list[int], out_at: int, zero_out: bool) -> np.ndarray:
+    import subprocess
+
+    bufs = [np.ascontiguousarray(a) for a in arrays]
+    if not zero_out:  # NaN bytes: an entry the kernel never writes stays NaN
+        bufs[out_at] = np.full(bufs[out_at].shape, np.nan, np.float32)
+    with open(os.path.join(work, "in.bin"), "wb") as f:
+        f.write(b"".join(b.tobytes() for b in bufs))
+    r = subprocess.run([exe, os.path.join(work, "in.bin"), os.path.join(work, "out.bin"), *map(str, ints),
+                        *[str(b.nbytes) for b in bufs]], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = np.fromfile(os.path.join(work, "out.bin"), dtype=np.uint8)
+    pos = sum(b.nbytes for b in bufs[:out_at])
+    return data[pos:pos + bufs[out_at].nbytes].view(np.float32).reshape(bufs[out_at].shape).copy()
+
+
+def _check(tmp_path, M, N, K, nnz, bm, bn, dense, empty_every, seed):
+    fmt = "coo" if dense else "csr"
+    exe, work, dot_below, module, _ = _kernel(tmp_path, bm=bm, bn=bn, threads=64, fmt=fmt, out="M, N" if dense else "NNZ",
+                                              M=M, N=N, K=K, nnz=nnz)
+    p = sp.uniform(M, N, nnz, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    A = (torch.randn(M, K, generator=g) * torch.exp2(torch.randint(-4, 4, (M, 1), generator=g).float()))
+    B = (torch.randn(K, N, generator=g) * torch.exp2(torch.randint(-4, 4, (1, N), generator=g).float()))
+    plan = sp.dispatch_plan(p, bm, bn, dot_below)
+    assert plan.n_tc == 0 and plan.n_dot == nnz  # f32: every entry a dot product
+    out = np.zeros((M, N) if dense else (nnz,), np.float32)
+    arrays = [A.numpy(), B.numpy(), p.rows.numpy(), p.cols.numpy(), out, B.t().contiguous().numpy(),
+              *[t.numpy() for t in plan.tensors()]]
+    got = torch.from_numpy(_run(exe, work, arrays, [plan.n_tc, plan.n_dot], 4, dense))
+    vals = (A.double() @ B.double())[p.rows.long(), p.cols.long()]
+    if dense:
+        ref = torch.zeros(M, N, dtype=torch.float64)
+        ref[p.rows.long(), p.cols.long()] = vals
+    else:
+        ref = vals
+    tol = oracle.error_budgets(module)["P"].tol("f32")
+    err = oracle.rel_error(got, ref)
+    assert err <= tol, f"relative error {err:.3e} > {tol:.3e}"
+
+
+@pytest.mark.parametrize("dense", [False, True])
+@pytest.mark.parametrize("K", [64, 13])
+def test_dot_path_against_torch(tmp_path, dense, K):
+    _check(tmp_path, 45, 38, K, 300, 16, 8, dense, 0, 1)
+
+
+@settings(max_examples=4, deadline=None)
+@given(M=st.integers(1, 40), N=st.integers(1, 40), K=st.sampled_from([4, 7, 32]), fill=st.floats(0.05, 1.0),
+       seed=st.integers(0, 2**16))
+def test_dot_path_property(tmp_path_factory, M, N, K, fill, seed):
+    nnz = max(1, int(M * N * fill))
+    _check(tmp_path_factory.mktemp("sddmm"), M, N, K, nnz, 16, 16, False, 0, seed)
