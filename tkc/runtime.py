@@ -301,11 +301,17 @@ class Kernel:
         tensor costs a host sync; see `assume_valid` for CUDA-graph capture)."""
         import torch
 
+        from tkc.sparse import SparsePattern
+
         key = None
-        if len(tensors) == len(self.inputs) and not any(p.dtype in SPARSE_FORMATS for p in self.inputs):
-            try:
-                key = tuple((t.shape, t.dtype, t.device) if p.dims is not None or isinstance(t, torch.Tensor)
+        if len(tensors) == len(self.inputs):
+            try:  # a sparse input joins the fast path as a checked SparsePattern (its shape is the key)
+                key = tuple((t.M, t.N, t.nnz, t.fmt, t.rows.device) if p.dtype in SPARSE_FORMATS and
+                            isinstance(t, SparsePattern) and t._memo.get("checked") else
+                            None if p.dtype in SPARSE_FORMATS else
+                            (t.shape, t.dtype, t.device) if p.dims is not None or isinstance(t, torch.Tensor)
                             else (type(t) is int) for p, t in zip(self.inputs, tensors))
+                key = None if None in key else key
             except AttributeError:  # a numpy array or a bad argument: the slow path reports it
                 key = None
         fast = self._fast.get(key) if key is not None else None
@@ -332,7 +338,8 @@ class Kernel:
             if key is not None:
                 self._fast[key] = fast
         else:
-            tensors = tuple(self._as_tensor(t, i) if p.dims is None else t for i, (p, t) in enumerate(zip(self.inputs, tensors)))
+            tensors = tuple(self._as_tensor(t, i) if p.dims is None or p.dtype in SPARSE_FORMATS else t
+                            for i, (p, t) in enumerate(zip(self.inputs, tensors)))
         module, jit, outs, scalar_names, runtime, indexed, sampled = fast
         values = [t for p, t in zip(self.inputs, tensors) if p.dims is None]
         arrays = [x for p, t in zip(self.inputs, tensors) if p.dims is not None
@@ -395,7 +402,10 @@ class Kernel:
             if plan.n_tc + plan.n_dot == 0:  # no entries: nothing to launch (P is empty or zeros)
                 return outputs[0] if len(outputs) == 1 else tuple(outputs)
             b = tensors[b_at]
-            bt = b.t() if b.t().is_contiguous() else b.t().contiguous()  # free for a transposed view
+            if plan.n_dot == 0:  # tensor-core tiles read B itself: Bt is not read
+                bt = b
+            else:  # dot products read rows of B transposed: free for a transposed view (`X.T`)
+                bt = b.t() if b.t().is_contiguous() else b.t().contiguous()
             extras = [bt, *plan.tensors()]
         jit(*[t if t.is_contiguous() else t.contiguous() for t in arrays], *outputs, *values, *extras)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
