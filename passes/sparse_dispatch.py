@@ -8,12 +8,13 @@ holds an entry, the products at the tile's entries. Two ways to do it:
   depend on how many entries the tile holds: (BM + BN) * K operand elements come from L2 and
   2 * BM * BN * K flops go through the tensor cores.
 - **dot products**: one f32 dot product of length K per entry, reading A's row and B's column
-  (a row of B transposed) from L2: 2 * K operand elements and 2 * K CUDA-core flops per entry.
+  (a row of B transposed): 2 * K CUDA-core flops, and K elements of B from L2 (entries come row
+  by row, so A's row is reused from L1).
 
 A tile with c entries costs c * t_dot on the second path and t_tile on the first, so a tile with
 fewer than `dot_below` = ceil(t_tile / t_dot) entries is cheaper as dot products. This pass
-estimates both from the target's rates (RATES below; published peaks and measured L2 bandwidth,
-to be calibrated by benchmarks/sddmm.py) and sets on the op `dot_below` (an entry count; 0 = every
+estimates both from the target's rates (RATES below, measured on an H100 with
+benchmarks/probes/sddmm_split.py) and sets on the op `dot_below` (an entry count; 0 = every
 tile on tensor cores) and `mma` (the tensor-core instruction shape [m, n, k]). The runtime splits
 each pattern's tiles by that threshold (tkc.sparse.dispatch_plan) and the backends compute the two
 lists. Uniform random patterns at density d put d * BM * BN entries in a tile, so the choice
@@ -43,16 +44,20 @@ MMA_DTYPES = ("f16", "bf16")  # operand dtypes with a tensor-core path
 class Rates:
     """Whole-GPU throughputs the estimates use (per second)."""
 
-    l2_bytes: float  # L2 -> SM operand bandwidth, bytes/s
-    mma_flops: float  # dense f16 mma.sync with f32 accumulation, flop/s (achievable, not wgmma peak)
+    l2_bytes: float  # L2 -> shared memory bandwidth of a tile's operands, bytes/s
+    mma_flops: float  # the tile kernel's f16 mma.sync rate with f32 accumulation, flop/s
     fma_flops: float  # f32 CUDA-core fma, flop/s
+    dot_bytes: float  # L2 -> register bandwidth of the dot products' rows of B, bytes/s
     source: str
 
 
-# H100 SXM: 989 TFLOP/s dense f16 (wgmma) and 67 TFLOP/s f32 are NVIDIA's datasheet peaks; mma.sync
-# reaches roughly half the wgmma peak; the L2 figure is a round estimate of measured H100 L2
-# bandwidth (about 5.5 to 7 TB/s in public microbenchmarks). Estimates for a decision, not promises.
-RATES = {"sm_90": Rates(7.0e12, 500e12, 67e12, "H100 SXM: datasheet peaks, mma.sync at half of wgmma, L2 about 7 TB/s")}
+# H100, measured with benchmarks/probes/sddmm_split.py (2026-11-25, 10000^2 with 5M uniform entries,
+# K = 256, each path forced): a tensor-core tile of codegen/cuda_sddmm.py moves its operands at about
+# 4 TB/s from L2 (32 x 32 and 64 x 64 tiles) and multiplies at about 180 TFLOP/s (128 x 128 tiles);
+# a dot-product entry costs 0.075 ns, B's row at 7 TB/s (A's row is reused: entries come by row).
+# 67 TFLOP/s f32 is NVIDIA's datasheet peak.
+RATES = {"sm_90": Rates(4.0e12, 180e12, 67e12, 7.0e12,
+                        "H100, measured by benchmarks/probes/sddmm_split.py (docs/PERFORMANCE.md)")}
 RATES["sm_90a"] = RATES["sm_90"]
 
 
@@ -77,7 +82,7 @@ def estimate(bm: int, bn: int, k: int, elem: int, rates: Rates) -> Estimate:
     tile_bytes = (bm + bn) * k * elem
     tile_flops = 2 * pm * pn * pk
     t_tile = max(tile_bytes / rates.l2_bytes, tile_flops / rates.mma_flops)
-    t_dot = 2 * k * elem / rates.l2_bytes + 2 * k / rates.fma_flops
+    t_dot = k * elem / rates.dot_bytes + 2 * k / rates.fma_flops  # A's row comes from L1 (entries by row)
     return Estimate(bm, bn, k, elem, t_tile, t_dot, tile_bytes, tile_flops, max(1, math.ceil(t_tile / t_dot)), rates)
 
 
@@ -142,8 +147,8 @@ def explain(module: Module, target: str = "sm_90") -> list[str]:
             f"  tensor-core tile: {e.t_tile * 1e9:.2f} ns per tile = max({e.tile_bytes} bytes of A and B from L2 "
             f"at {e.rates.l2_bytes / 1e12:.1f} TB/s, {e.tile_flops} flops of mma {'x'.join(map(str, MMA_SHAPE))} at "
             f"{e.rates.mma_flops / 1e12:.0f} TFLOP/s)\n"
-            f"  dot product:      {e.t_dot * 1e9:.3f} ns per entry ({2 * e.k * e.elem} bytes from L2, {2 * e.k} f32 "
-            f"flops at {e.rates.fma_flops / 1e12:.0f} TFLOP/s)\n"
+            f"  dot product:      {e.t_dot * 1e9:.3f} ns per entry ({e.k * e.elem} bytes of B from L2 at "
+            f"{e.rates.dot_bytes / 1e12:.1f} TB/s, {2 * e.k} f32 flops at {e.rates.fma_flops / 1e12:.0f} TFLOP/s)\n"
             f"  choice: a tile with fewer than {used} entries ({100 * used / area:.1f}% of its {area} positions) is "
             f"computed as dot products, the others on tensor cores"
             + ("" if used == e.dot_below else f" (fixed by the pass option; the cost model says {e.dot_below})")

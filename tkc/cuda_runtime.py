@@ -105,28 +105,36 @@ class CudaLaunch:
         self.grid = tuple(config["grid"])
         self.block = tuple(config["block"])
         self.smem = int(config["smem_bytes"])
-        # a sampled gemm (codegen/cuda_sddmm.py): the grid follows the pattern's DispatchPlan, the
-        # last five tensors (tc_ptr, tc_m, tc_n, tc_order, dot_order), and n_tc, n_dot go last
-        self.dot_per_block = config.get("sddmm", {}).get("dot_per_block")
-        self._functions: dict[int, object] = {}  # device index -> cupy RawKernel
+        # a sampled gemm (codegen/cuda_sddmm.py): two kernels, tensor-core tiles (this launch's
+        # kernel, when the operands have that path) and dot products, with grids from the pattern's
+        # DispatchPlan (the last five tensors: tc_ptr, tc_m, tc_n, tc_order, dot_order); both take
+        # n_tc and n_dot after the tensors
+        sddmm = config.get("sddmm", {})
+        self.dot_per_block, self.dot_kernel = sddmm.get("dot_per_block"), sddmm.get("dot_kernel")
+        self.tc_kernel = sddmm.get("tc_kernel")
+        self._functions: dict[tuple, object] = {}  # (device index, kernel name) -> cupy RawKernel
+        self._modules: dict[int, object] = {}  # device index -> cupy RawModule
         self._streams: dict[tuple, object] = {}  # (device index, torch stream handle) -> cupy stream
 
-    def function(self, index: int):
-        if index not in self._functions:
+    def function(self, index: int, name: str | None = None):
+        """The kernel `name` (default: the launch's kernel) loaded on device `index`."""
+        name = name or self.name
+        if (index, name) not in self._functions:
             import cupy
 
             arch = device_arch(index)
             with cupy.cuda.Device(index):
-                try:
-                    module = cupy.RawModule(path=compile_cubin(self.source_path, arch))
-                except FileNotFoundError:  # no nvcc on this machine: NVRTC through CuPy
-                    module = cupy.RawModule(code=self.source, backend="nvrtc",
-                                            options=(f"--gpu-architecture={arch}", "--std=c++17"))
-                fn = module.get_function(self.name)
-                if self.smem > DEFAULT_SMEM:
+                if index not in self._modules:
+                    try:
+                        self._modules[index] = cupy.RawModule(path=compile_cubin(self.source_path, arch))
+                    except FileNotFoundError:  # no nvcc on this machine: NVRTC through CuPy
+                        self._modules[index] = cupy.RawModule(code=self.source, backend="nvrtc",
+                                                              options=(f"--gpu-architecture={arch}", "--std=c++17"))
+                fn = self._modules[index].get_function(name)
+                if name == self.name and self.smem > DEFAULT_SMEM:
                     fn.max_dynamic_shared_size_bytes = self.smem
-            self._functions[index] = fn
-        return self._functions[index]
+            self._functions[(index, name)] = fn
+        return self._functions[(index, name)]
 
     def __call__(self, *tensors) -> None:
         """Launch on `tensors`. Raises TkError (a user error) when CuPy, which loads and launches
@@ -143,7 +151,6 @@ class CudaLaunch:
 
         device = tensors[0].device
         index = device.index if device.index is not None else torch.cuda.current_device()
-        fn = self.function(index)
         args, keep = [], []
         for t in tensors:
             if isinstance(t, int):  # a runtime scalar (`pos: i32`), after the tensors
@@ -161,15 +168,15 @@ class CudaLaunch:
             with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for Stream.from_external
                 warnings.simplefilter("ignore", DeprecationWarning)
                 stream = self._streams[(index, handle)] = cupy.cuda.ExternalStream(handle, index)
-        grid = self.grid
-        if self.dot_per_block is not None:
+        launches = [(self.name, self.grid, self.smem)]
+        if self.dot_kernel is not None:
             n_tc, n_dot = tensors[-4].numel(), tensors[-1].numel()
-            grid = (n_tc + -(-n_dot // self.dot_per_block), 1, 1)
             args += [numpy.int32(n_tc), numpy.int32(n_dot)]
-            if grid[0] == 0:
-                return
+            launches = ([(self.tc_kernel, (n_tc, 1, 1), self.smem)] if self.tc_kernel and n_tc else []) + \
+                ([(self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), 0)] if n_dot else [])
         with cupy.cuda.Device(index), stream:
-            fn(grid, self.block, tuple(args), shared_mem=self.smem)
+            for name, grid, smem in launches:
+                self.function(index, name)(grid, self.block, tuple(args), shared_mem=smem)
 
 
 def build(artifact: driver.Artifact, cache: Cache | None = None) -> CudaLaunch:
