@@ -92,8 +92,11 @@ def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         init = next(old) if i in mutable else torch.zeros(shape, dtype=dtype) if args[i].name in zeroed else None
         outs.append(fenced(shape, dtype, device, init))
     ins_extra = [fenced(t.shape, t.dtype, device, t) for t in extras]
+    fill = {}
+    if extras and getattr(jit, "transpose", None):  # the CUDA kernel's own transpose writes Bt: start it as poison
+        ins_extra[0], fill = fenced(extras[0].shape, extras[0].dtype, device), {"fill_bt": True}
     if not extras or extras[-4].numel() + extras[-1].numel():  # an empty pattern launches nothing
-        jit(*[v for v, _ in ins], *[v for v, _ in outs], *values, *[v for v, _ in ins_extra])
+        jit(*[v for v, _ in ins], *[v for v, _ in outs], *values, *[v for v, _ in ins_extra], **fill)
     ins += ins_extra
     if device.type == "cuda":
         torch.cuda.synchronize()

@@ -180,6 +180,63 @@ def test_seed_kernels_command_line(tmp_path):
             assert f"template __global__ void {k}<Stage::{s}>(half*, half*, int);" in text
 
 
+# ----------------------------------------------------------------------------- sddmm.py
+
+def test_sddmm_cpu_dry_run(tmp_path):
+    """Every examples/sddmm*.tk on the interpreter, a tiling override, cuSPARSE (torch's CPU
+    sampled_addmm), dense-then-mask and the seed kernel's three tile shapes (emulated in torch;
+    its CUDA source compiled when nvcc is here), on uniform and R-MAT patterns made in a worker
+    process: all checked against float64 and timed, with the first-call cost of tkc and the seed;
+    a constant the kernel does not have is a compile-error row, not a crash."""
+    bench = load("sddmm")
+    examples = [*bench.EXAMPLES, "sddmm[BM=16;BN=64]", "sddmm[NOPE=1]"]
+    out = tmp_path / "sddmm.json"
+    proc = run_script("sddmm.py", ["--cpu", "--shapes", bench.CPU_SHAPES[1], "--examples", ",".join(examples),
+                                   "--jobs", "2", "--first-reps", "1", "--out", str(out),
+                                   "--cache-dir", str(tmp_path / "cache"), *FAST], tmp_path)
+    data = json.loads(out.read_text())
+    rows = data["results"]
+    assert sorted((r["pattern"], r["variant"]) for r in rows) == sorted(
+        (p, v) for p in bench.PATTERNS for v in bench.BASELINES + examples)
+    rejected = [r for r in rows if r["variant"] == "sddmm[NOPE=1]"]
+    assert all(r["status"] == "compile error" and "NOPE" in r["note"] for r in rejected), rejected
+    rows = [r for r in rows if r not in rejected]
+    no_errors(rows)
+    for r in rows:
+        assert r["status"] == "ok" and r["rel_err"] <= bench.RTOL and r["time_us"] > 0 and r["nnz"] == 400, r
+        assert (r.get("preprocess_us") is not None) == (r["kind"] in ("tkc", "seed")), r
+    dense_out = next(r for r in rows if r["variant"] == "sddmm_wmma_16x16x16")
+    s = {d: dense_out[d] for d in ("M", "N", "K", "nnz")}
+    assert dense_out["floor_bytes"] == bench.floor_bytes(s, dense_out, "coo", "dense") == (
+        2 * s["K"] * (dense_out["rows_used"] + dense_out["cols_used"]) + 8 * s["nnz"] + 4 * s["M"] * s["N"])
+    assert "| shape | pattern | cuSPARSE |" in proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("target")
+    assert (tmp_path / "sddmm.md").read_text().startswith("| shape | pattern | variant |")
+
+
+def test_seed_sddmm_plan_and_source(tmp_path):
+    """The seed kernel's per-tile index covers every tile of the grid and every entry once, in
+    tile order; too many tiles is SeedTooLarge; the CUDA source compiles for sm_90a where nvcc is."""
+    import torch
+
+    import tkc.sparse as sp
+
+    seed = load("seed_sddmm")
+    p = sp.rmat(70, 50, 300, seed=1)
+    plan = seed.build_plan(p, "32x8")
+    assert (plan.tiles_m, plan.tiles_n) == (3, 7) and plan.tile_ptr.numel() == 3 * 7 + 1
+    assert sorted(plan.perm.tolist()) == list(range(p.nnz))
+    tile = (plan.srow.long() // 32) * 7 + plan.scol.long() // 8
+    assert bool((tile[1:] >= tile[:-1]).all()) and torch.equal(plan.srow, p.rows[plan.perm.long()])
+    assert torch.equal(torch.bincount(tile, minlength=21).cumsum(0).int(), plan.tile_ptr[1:])
+    with pytest.raises(seed.SeedTooLarge):
+        seed.build_plan(p, "16x16", max_tiles=10)
+    if seed.seed_kernels.find_nvcc() is not None:
+        proc = run_script("seed_sddmm.py", ["--compile", "--emit", str(tmp_path / "seed003.cu")], tmp_path)
+        assert proc.stdout.count(": found;") == len(seed.TILES), proc.stdout
+        assert "wmma::mma_sync" in (tmp_path / "seed003.cu").read_text()
+
+
 # ----------------------------------------------------------------------------- compile_time.py
 
 def test_compile_time_dry_run(tmp_path):

@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="NAME=VALUE",
                    help="set a schedule constant or problem dim")
     c.add_argument("-o", dest="output", help="write the code here instead of stdout")
+    c.add_argument("--explain", action="store_true",
+                   help="print the passes' decisions and the estimates behind them (the sampled gemm's "
+                   "tensor-core / dot-product split) instead of the code")
 
     r = sub.add_parser("run", help="run on random inputs; --check compares with the torch reference")
     r.add_argument("file")
@@ -136,6 +139,13 @@ def cmd_compile(args) -> int:
     from tkc import driver
 
     artifact = driver.compile_file(args.file, args.target, dict(args.defines), _cache(args))
+    if args.explain:  # the code is still written with -o
+        from passes.sparse_dispatch import explain
+
+        lines = explain(artifact.module)
+        print("\n".join(lines) if lines else f"{args.file}: no pass decisions to explain (no sampled gemm)")
+        if not args.output:
+            return 0
     if not args.output:
         sys.stdout.write(artifact.source)
         return 0

@@ -112,6 +112,7 @@ class CudaLaunch:
         sddmm = config.get("sddmm", {})
         self.dot_per_block, self.dot_kernel = sddmm.get("dot_per_block"), sddmm.get("dot_kernel")
         self.tc_kernel = sddmm.get("tc_kernel")
+        self.transpose = (sddmm["transpose_kernel"], sddmm["transpose_tile"], sddmm["transpose_threads"]) if sddmm else None
         self._functions: dict[tuple, object] = {}  # (device index, kernel name) -> cupy RawKernel
         self._modules: dict[int, object] = {}  # device index -> cupy RawModule
         self._streams: dict[tuple, object] = {}  # (device index, torch stream handle) -> cupy stream
@@ -136,9 +137,10 @@ class CudaLaunch:
             self._functions[(index, name)] = fn
         return self._functions[(index, name)]
 
-    def __call__(self, *tensors) -> None:
+    def __call__(self, *tensors, fill_bt: bool = False) -> None:
         """Launch on `tensors`. Raises TkError (a user error) when CuPy, which loads and launches
-        the kernel, is not installed."""
+        the kernel, is not installed. `fill_bt` (a sampled gemm): write B transposed into the Bt
+        argument first (the kernel's own transpose), for the dot products."""
         if not _cupy_available():
             from dsl.diagnostics import Loc, error
 
@@ -168,15 +170,20 @@ class CudaLaunch:
             with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for Stream.from_external
                 warnings.simplefilter("ignore", DeprecationWarning)
                 stream = self._streams[(index, handle)] = cupy.cuda.ExternalStream(handle, index)
-        launches = [(self.name, self.grid, self.smem)]
         if self.dot_kernel is not None:
             n_tc, n_dot = tensors[-4].numel(), tensors[-1].numel()
             args += [numpy.int32(n_tc), numpy.int32(n_dot)]
-            launches = ([(self.tc_kernel, (n_tc, 1, 1), self.smem)] if self.tc_kernel and n_tc else []) + \
-                ([(self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), 0)] if n_dot else [])
+            launches = ([(self.tc_kernel, (n_tc, 1, 1), self.block, args, self.smem)] if self.tc_kernel and n_tc else [])
+            if n_dot:
+                if fill_bt:  # B [K, N] -> Bt [N, K]
+                    (K, N), (name, tile, threads) = tensors[1].shape, self.transpose
+                    launches.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), (args[1], args[5]), 0))
+                launches.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, args, 0))
+        else:
+            launches = [(self.name, self.grid, self.block, args, self.smem)]
         with cupy.cuda.Device(index), stream:
-            for name, grid, smem in launches:
-                self.function(index, name)(grid, self.block, tuple(args), shared_mem=smem)
+            for name, grid, block, fn_args, smem in launches:
+                self.function(index, name)(grid, block, tuple(fn_args), shared_mem=smem)
 
 
 def build(artifact: driver.Artifact, cache: Cache | None = None) -> CudaLaunch:

@@ -391,7 +391,7 @@ class Kernel:
                 outputs.append(t)
             else:
                 outputs.append((torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device))
-        extras = []
+        extras, fill = [], {}
         if sampled is not None and self.target != INTERP:  # the tile lists of a sampled gemm (SDDMM)
             from tkc.sparse import dispatch_plan
 
@@ -402,12 +402,16 @@ class Kernel:
             if plan.n_tc + plan.n_dot == 0:  # no entries: nothing to launch (P is empty or zeros)
                 return outputs[0] if len(outputs) == 1 else tuple(outputs)
             b = tensors[b_at]
-            if plan.n_dot == 0:  # tensor-core tiles read B itself: Bt is not read
-                bt = b
-            else:  # dot products read rows of B transposed: free for a transposed view (`X.T`)
-                bt = b.t() if b.t().is_contiguous() else b.t().contiguous()
+            if plan.n_dot == 0:  # tensor-core tiles read B itself: Bt is not read, but TileLang checks
+                bt = b.reshape(b.shape[1], b.shape[0])  # its shape [N, K] (a free view of B's storage)
+            elif b.t().is_contiguous():  # dot products read rows of B transposed: free for a transposed view
+                bt = b.t()
+            elif self.target == "cuda":  # the kernel's own transpose fills it (faster than torch's)
+                bt, fill = torch.empty(b.shape[::-1], dtype=b.dtype, device=b.device), {"fill_bt": True}
+            else:
+                bt = b.t().contiguous()
             extras = [bt, *plan.tensors()]
-        jit(*[t if t.is_contiguous() else t.contiguous() for t in arrays], *outputs, *values, *extras)
+        jit(*[t if t.is_contiguous() else t.contiguous() for t in arrays], *outputs, *values, *extras, **fill)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _sampled(self, module):

@@ -101,7 +101,12 @@ def test_odd_k_empty_rows_and_empty_pattern(target, cache_dir):
     for split in SPLITS.values():
         kernel.dot_below = split
         _check(kernel, A, B, p)
+        # the public call: the runtime's launch data (B transposed by the kernel itself on `cuda`)
+        P = kernel(A, B, p)
+        ref = (A.double() @ B.double())[p.rows.long().cuda(), p.cols.long().cuda()]
+        assert oracle.rel_error(P, ref) < 1e-5
     _check(kernel, A, B, sp.uniform(90, 70, 0))
+    assert kernel(A, B, sp.uniform(90, 70, 0)).numel() == 0
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
