@@ -109,7 +109,7 @@ def emit(module: Module) -> str:
     smem = max(2 * stage_elems * esize, bmp * cpitch * 4) if tc else 0
     warps = threads // 32
     am, an = bmp // mm, bnp // mn
-    wgm = min(am, warps)
+    wgm = min(am, warps)  # warps along M first (a balanced grid measured no faster on the H100, 2026-11-25)
     while warps % wgm:
         wgm -= 1
     wgn = warps // wgm
