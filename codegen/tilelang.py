@@ -7,6 +7,7 @@ pipelined loops `T.Pipelined(n, num_stages=...)`, elementwise ops `T.Parallel` l
 `tile.gemm` is `T.gemm` on tensor cores when the tile allows it, otherwise a SIMT loop nest.
 CPU form (`tilelang-cpu`, TileLang's "c" target): every tile is `T.alloc_local`, loops are
 `T.serial`/`T.grid`, and partial tiles are guarded by explicit bounds checks.
+A grid over the tiles of a sparse pattern (SDDMM's sampled gemm) is codegen/tilelang_sddmm.py.
 Unsupported constructs raise a located TkError. Input: IR after `tile` (concrete shapes).
 """
 
@@ -73,6 +74,14 @@ def _tl(e: exprs.Expr, tensors: dict[str, str], parent: int = 0, right: bool = F
     return f"({text})" if prec < parent or (prec == parent and right) else text
 
 
+def tilelang_sddmm():
+    """codegen/tilelang_sddmm.py, the lowering of a `tiles` grid (imported here on use: it
+    imports this module)."""
+    from codegen import tilelang_sddmm as sddmm
+
+    return sddmm
+
+
 def emit(module: Module) -> str:
     """TileLang source for the GPU (`tilelang.compile(..., target="cuda")`)."""
     return _Emitter(module, cpu=False).run()
@@ -94,6 +103,7 @@ class _Emitter:
         self.top_ops: list[Op] = []  # the ops of the kernel body, in order
         self.top_index: dict[int, int] = {}  # id(top-level op) -> its position in top_ops
         self.last_read: dict[int, int] = {}  # id(tile) -> position of the last top-level op reading it
+        self.sddmm_names: dict[str, str] = {}  # a `tiles` grid's launch data -> its Python names (tilelang_sddmm)
 
     # ---- naming -----------------------------------------------------------------------------
     def name(self, v: Value) -> str:
@@ -167,12 +177,14 @@ class _Emitter:
         params += "".join(f", {self.refs[n]}: T.Tensor((1,), T.int32)" if n in refs else f", {n}: {TL_DTYPES[d]}"
                           for n, d, _ in scalars(func))
         self.tensors = {a.name: self.name(a) for a in args}
-        self.line(0, "")
-        self.line(0, "@T.prim_func")
-        self.line(0, f"def {kname}({params}):")
         launches = [op for op in func.body.ops if op.name == "tile.launch"]
         if len(launches) != 1:
             raise error(func.loc, "the TileLang backend needs exactly one `grid`")
+        if "tiles" in launches[0].attrs:  # SDDMM: the pattern's launch data follows the outputs
+            params += tilelang_sddmm().declare(self, launches[0])
+        self.line(0, "")
+        self.line(0, "@T.prim_func")
+        self.line(0, f"def {kname}({params}):")
         self.launch(launches[0])
         self.line(0, "")
         self.line(0, "")
@@ -185,6 +197,9 @@ class _Emitter:
         return [exprs.to_str(d) for d in v.type.shape]
 
     def launch(self, op: Op) -> None:
+        if "tiles" in op.attrs:  # a grid over the tiles of a sparse pattern (SDDMM)
+            tilelang_sddmm().emit_launch(self, op)
+            return
         grid = ", ".join(tl_expr(g) for g in op.attrs["grid"])
         threads = self.threads = exprs.evaluate(exprs.parse(op.attrs["threads"]), self.env)
         vars_ = ", ".join(op.attrs["vars"])
@@ -575,17 +590,25 @@ class _Emitter:
 
     def tensor_cores(self, op: Op, m: int, n: int, k: int) -> bool:
         """Whether T.gemm can take this tile on sm_80/sm_90 (TileLang 0.1.15): f16/bf16 operands,
-        f32 accumulation, K % 16 == 0, and a split of the block's warps in which every warp owns
-        a multiple of 16 rows and 8 columns (16 columns when wgmma is chosen: BM >= 64)."""
+        f32 accumulation, shared operands and a shape `mma_fits` accepts."""
         a, b, acc = op.operands
         if a.type.dtype not in ("f16", "bf16") or b.type.dtype != a.type.dtype or acc.type.dtype != "f32":
             return False
-        if k % 16 or a.type.space != "shared" or b.type.space != "shared":
+        if a.type.space != "shared" or b.type.space != "shared":
             return False
-        warps = max(1, self.threads // 32)
-        col = 16 if m >= 64 else 8
-        return any(warps % wm == 0 and m % (16 * wm) == 0 and n % (col * (warps // wm)) == 0
-                   for wm in range(1, warps + 1))
+        return mma_fits(m, n, k, self.threads)
+
+
+def mma_fits(m: int, n: int, k: int, threads: int) -> bool:
+    """Whether T.gemm takes an m x n x k tile on tensor cores with `threads` threads (TileLang
+    0.1.15, sm_80/sm_90): k % 16 == 0 and a split of the block's warps in which every warp owns
+    a multiple of 16 rows and 8 columns (16 columns when wgmma is chosen: m >= 64)."""
+    if k % 16:
+        return False
+    warps = max(1, threads // 32)
+    col = 16 if m >= 64 else 8
+    return any(warps % wm == 0 and m % (16 * wm) == 0 and n % (col * (warps // wm)) == 0
+               for wm in range(1, warps + 1))
 
 
 def _apply(fn: str, args: list[str], dtype: str) -> str:

@@ -6,8 +6,13 @@ Checked on the reference interpreter against torch in float64 (`torch.sparse.sam
 CSR, a dense gather for COO order, the dense output against the masked dense product) over
 hypothesis-drawn M, N, K, entry counts (empty and full patterns included), tile shapes that do
 not divide M and N, both formats and both output forms; the runtime takes the pattern from torch,
-scipy and Matrix Market; misuse gets located errors. The GPU lowerings do not exist yet: the
-backends say so at the op.
+scipy and Matrix Market; misuse gets located errors; the `tir` target says it cannot express it.
+
+TileLang (codegen/tilelang_sddmm.py): the `tilelang-cpu` kernel called with the launch contract
+(B transposed, tkc.sparse.DispatchPlan) at every split between tile products and dot products,
+both output forms, M and N cutting the tiles and K not a multiple of 8, and through the runtime
+(an empty pattern launches nothing); the GPU form of every example through TileLang's lowering
+for sm_90a (no GPU needed: it runs on one in tests/gpu); what it does not lower is a located error.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from dsl.diagnostics import TkError
 from dsl.parser import parse
 from dsl.lower import lower
 from profiles import examples
+from test_cuda import needs_nvcc
 from tkc import oracle
 from tkc.sparse import uniform
 
@@ -236,3 +242,205 @@ def test_cli_runs_and_checks_the_example(tmp_path):
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert "sddmm: ran on interp (cpu)" in r.stdout and "P: max relative error" in r.stdout and ": ok" in r.stdout
+
+
+# ---- TileLang (codegen/tilelang_sddmm.py): the kernel on the C target, the GPU form lowered -------
+
+# (format, output, dtype, BM, BN, dims): M and N cut the tiles; K is not a multiple of 8
+TL_CASES = {"values": ("csr", "NNZ", "f16", 16, 8, {"M": 45, "N": 37, "K": 37, "NNZ": 300}),
+            "dense": ("coo", "M, N", "f32", 8, 16, {"M": 37, "N": 45, "K": 21, "NNZ": 250})}
+
+
+@pytest.fixture(scope="module")
+def c_kernels(tmp_path_factory):
+    """(final IR, TileLang C-target kernel) per TL_CASES form, compiled once for the module as
+    tkc/runtime.py `build` does (a TileLang C compile takes seconds)."""
+    import tilelang
+
+    from codegen.tir import load_prim_func
+    from tkc import driver
+
+    built = {}
+
+    def get(form: str):
+        if form not in built:
+            fmt, out, dt, bm, bn, dims = TL_CASES[form]
+            path = _write(tmp_path_factory.mktemp("tl"), KERNEL.format(bm=bm, bn=bn, fmt=fmt, dt=dt, out=out))
+            module = driver.optimize(driver.frontend(path, dims), "tilelang-cpu")
+            artifact = driver.emit(module, "tilelang-cpu")
+            func = load_prim_func(artifact.source_path, f"tkc_test_sddmm_{artifact.key[:16]}")
+            built[form] = (module, tilelang.compile(func, target="c", compile_flags=["-O2"]))
+        return built[form]
+
+    return get
+
+
+@pytest.mark.parametrize("split", ["tiles", "mixed", "dots"])
+@pytest.mark.parametrize("form", ["values", "dense"])
+def test_tilelang_cpu_kernel_computes_every_entry(c_kernels, form, split):
+    """The generated kernel called with the launch contract (B transposed and the DispatchPlan
+    after P) at three splits: every tile on the tile path (dot_below 0), every entry a dot
+    product, and both. The path a split leaves unused gets NaN operands (Bt or B): it must not
+    be read. Values start as NaN, so an entry left unwritten fails; dense P starts as zeros."""
+    from tkc.sparse import dispatch_plan, tile_lists
+
+    fmt, _, dt, bm, bn, dims = TL_CASES[form]
+    module, kernel = c_kernels(form)
+    m, n, k, nnz = dims["M"], dims["N"], dims["K"], dims["NNZ"]
+    g = torch.Generator().manual_seed(7)
+    tdt = {"f16": torch.float16, "f32": torch.float32}[dt]
+    a = (torch.randn(m, k, generator=g) + 0.5).to(tdt)  # an offset: no entry's product cancels to zero
+    b = (torch.randn(k, n, generator=g) + 0.5).to(tdt)
+    p = uniform(m, n, nnz, seed=11)
+    if fmt == "coo":  # values in the pattern's own (shuffled) order
+        perm = torch.randperm(nnz, generator=g)
+        p = type(p)(m, n, "coo", p.rows[perm], p.cols[perm])
+    tl = tile_lists(p, bm, bn)
+    counts = tl.tile_ptr[1:] - tl.tile_ptr[:-1]
+    dot_below = {"tiles": 0, "mixed": int(counts.max()), "dots": 10**9}[split]
+    plan = dispatch_plan(p, bm, bn, dot_below)
+    assert (plan.n_tc > 0) == (split != "dots") and (plan.n_dot > 0) == (split != "tiles")
+    bt = b.t().contiguous()
+    if split == "tiles":
+        bt = torch.full_like(bt, float("nan"))
+    if split == "dots":
+        b = torch.full_like(b, float("nan"))
+    r, c = p.rows.long(), p.cols.long()
+    full = a.double() @ bt.double().t() if split == "dots" else a.double() @ b.double()
+    if form == "values":
+        out, ref = torch.full((nnz,), float("nan")), full[r, c]
+    else:
+        out, ref = torch.zeros(m, n), torch.zeros(m, n, dtype=torch.float64)
+        ref[r, c] = full[r, c]
+    kernel(a, b, p.rows, p.cols, out, bt, *plan.tensors())
+    tol = oracle.error_budgets(module)["P"].tol("f32")
+    assert oracle.rel_error(out, ref) <= tol
+
+
+def test_tilelang_cpu_runs_through_the_runtime(tmp_path):
+    """tkc.compile's kernel passes the launch data itself (tkc/runtime.py): the pass's split, every
+    tile on the tile path and every entry a dot product agree with torch; an empty pattern
+    launches nothing and gives empty values."""
+    path = _write(tmp_path, KERNEL.format(bm=16, bn=16, fmt="csr", dt="f16", out="NNZ"))
+    kernel = tkc.compile(path, target="tilelang-cpu")
+    a, b = torch.randn(50, 19).half() + 0.5, torch.randn(19, 41).half()
+    p = uniform(50, 41, 400, seed=5)
+    ref = (a.double() @ b.double())[p.rows.long(), p.cols.long()]
+    for dot_below in (None, 0, 10**9):
+        kernel.dot_below = dot_below
+        out = kernel(a, b, p)
+        assert (out.double() - ref).abs().max() <= 2 * 20 * 2.0 ** -24 * (a.double().abs() @ b.double().abs()).max()
+    assert kernel(a, b, uniform(50, 41, 0)).shape == (0,)
+
+
+@pytest.mark.parametrize("name", ["sddmm", "sddmm_wmma_16x16x16", "sddmm_wmma_32x8x16", "sddmm_wmma_8x32x16"])
+def test_tilelang_gpu_form_lowers_to_tensor_cores(name):
+    """No GPU here: the GPU form of each example goes through TileLang's lowering for sm_90a
+    (layout inference, pipelining, CUDA codegen) and uses mma instructions; 8 x 32 is padded to
+    the 16 x 32 tile T.gemm takes. The host code launches each of the two kernels only when its
+    grid is not empty."""
+    from tkc import driver
+
+    module = driver.optimize(driver.frontend(os.path.join(ROOT, "examples", f"{name}.tk"),
+                                             {"M": 45, "N": 70, "K": 40, "NNZ": 400}), "tilelang")
+    source, cuda, host = _lower_gpu(module)
+    assert "T.gemm(A_tile, B_tile, C_frag)" in source and "num_stages=2" in source
+    if name == "sddmm_wmma_8x32x16":
+        assert "C_frag = T.alloc_fragment((16, 32), T.float32)" in source
+    assert "mma" in cuda and "dot_order" in cuda
+    launches = [line.strip() for line in host.splitlines() if "call_packed(\"sddmm" in line or "if 0 <" in line]
+    assert [line.split("(")[0].split(",")[0] for line in launches] == [
+        "if 0 < n_tc:", "T.call_packed", "if 0 < n_dot:", "T.call_packed"], launches
+
+
+@needs_nvcc
+def test_tilelang_gpu_form_builds_with_nvcc(tmp_path):
+    """The whole TileLang build for sm_90a (nvcc included, no GPU needed) of the padded 8 x 32
+    example, as tkc/runtime.py `build` compiles it on a GPU."""
+    import tilelang
+
+    from codegen import tilelang as tilelang_gpu
+    from codegen.tir import ARCH, load_prim_func
+    from tkc import driver
+
+    module = driver.optimize(driver.frontend(os.path.join(ROOT, "examples", "sddmm_wmma_8x32x16.tk"),
+                                             {"M": 45, "N": 70, "K": 40, "NNZ": 400}), "tilelang")
+    artifact = driver.emit(module, "tilelang")
+    func = load_prim_func(artifact.source_path, f"tkc_test_sddmm_nvcc_{artifact.key[:16]}")
+    kernel = tilelang.compile(func, target=ARCH, pass_configs=tilelang_gpu.PASS_CONFIGS)
+    assert "mma" in kernel.get_kernel_source()
+
+
+def test_tilelang_gpu_form_without_tensor_cores_lowers(tmp_path):
+    """f32 operands take a SIMT tile; an odd K (2-byte f16 rows would be a 2-byte cp.async in a
+    pipelined loop) turns the pipelining off; the dense output is written at (row, col)."""
+    from tkc import driver
+
+    for dt, k, stages, gemm in (("f32", 21, 2, False), ("f16", 21, 0, True)):
+        path = _write(tmp_path, KERNEL.format(bm=16, bn=16, fmt="coo", dt=dt, out="M, N"), f"k_{dt}.tk")
+        module = driver.optimize(driver.frontend(path, {"M": 40, "N": 33, "K": k, "NNZ": 60}), "tilelang")
+        source, _, _ = _lower_gpu(module)
+        assert f"num_stages={stages}" in source and ("T.gemm(" in source) == gemm
+        assert "P[row, col] = " in source
+
+
+def _lower_gpu(module) -> tuple[str, str, str]:
+    """(TileLang GPU source, CUDA device source and host TIR script of TileLang's lowering for
+    sm_90a) of a final-IR module."""
+    import tempfile
+
+    import tilelang
+    import tvm
+
+    from codegen import tilelang as tilelang_gpu
+    from codegen.tir import ARCH, load_prim_func
+
+    source = tilelang_gpu.emit(module)
+    with tempfile.TemporaryDirectory(prefix="tkc-sddmm-") as tmp:
+        path = os.path.join(tmp, "kernel.py")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(source)
+        func = load_prim_func(path, f"tkc_test_sddmm_gpu_{abs(hash(source))}")
+        with tvm.transform.PassContext(config=tilelang_gpu.PASS_CONFIGS), tvm.target.Target(ARCH):
+            artifact = tilelang.lower(func, target=ARCH)
+    return source, artifact.kernel_source, artifact.host_mod.script()
+
+
+def _emit_error(module, target: str) -> str:
+    from tkc import driver
+
+    with pytest.raises(TkError) as exc:
+        driver.emit(module, target)
+    rendered = exc.value.render()
+    assert "Traceback" not in rendered
+    return rendered
+
+
+@pytest.mark.parametrize("target", ["tilelang", "tilelang-cpu"])
+def test_tilelang_rejects_what_it_does_not_lower(tmp_path, target):
+    """Other ops in a `tiles` grid (only IR text can write them), runtime scalars, and (GPU) a
+    tile whose shared memory is over sm_90's budget are located errors."""
+    from dsl.ir import print_module
+    from dsl.ir_parser import parse_module
+    from tkc import driver
+
+    path = _write(tmp_path, KERNEL.format(bm=16, bn=16, fmt="csr", dt="f16", out="NNZ"))
+    text = print_module(driver.optimize(driver.frontend(path), target))
+    at = text.index("    tile.sampled_gemm")
+    extra = f'    %x = tile.alloc() : frag<f32[4, 4]> loc("{path}":4:9)\n'
+    module = parse_module(text[:at] + extra + text[at:], str(tmp_path / "k.tkir"))
+    head = _emit_error(module, target).splitlines()[0]
+    assert head.startswith(f"{path}:4:9: error: target `{target}` lowers a `tiles` grid that holds one sampled gemm")
+
+    scalar = KERNEL.format(bm=16, bn=16, fmt="csr", dt="f16", out="NNZ").replace(
+        "S: csr[M, N, NNZ])", "S: csr[M, N, NNZ], pos: i32)")
+    path = _write(tmp_path, scalar, "scalar.tk")
+    rendered = _emit_error(driver.optimize(driver.frontend(path), target), target)
+    assert rendered.startswith(f"{path}:1:1: error: target `{target}` lowers a sampled-gemm kernel without "
+                               "runtime scalars; this one takes `pos`"), rendered
+
+    if target == "tilelang":
+        path = _write(tmp_path, KERNEL.format(bm=256, bn=256, fmt="csr", dt="f16", out="NNZ"), "big.tk")
+        rendered = _emit_error(driver.optimize(driver.frontend(path, {"M": 300, "N": 300}), target), target)
+        assert rendered.startswith(f"{path}:5:5: error: the sampled gemm's 256 x 256 tile needs 294912 bytes of "
+                                   "shared memory on target `tilelang`; limit is 232448 on sm_90"), rendered

@@ -45,6 +45,8 @@ never occur unless a test asks for them.
 
 from __future__ import annotations
 
+import warnings
+
 import math
 from dataclasses import dataclass, field
 
@@ -354,7 +356,9 @@ def reference(module: Module, inputs):
     for n, t in zip(names, inputs):
         _reference_value(n, t, scope)
     try:
-        result = eval(text, scope)  # the kernel author's own expression, like a script (one scope: lambdas see it)
+        with warnings.catch_warnings():  # torch warns that sparse CSR is in beta on every conversion
+            warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
+            result = eval(text, scope)  # the kernel author's own expression, like a script (one scope: lambdas see it)
     except Exception as exc:
         raise error(func.loc, f"the reference expression failed: {type(exc).__name__}: {exc}",
                     f"reference: {text}") from None
