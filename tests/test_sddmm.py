@@ -241,7 +241,7 @@ def test_cli_runs_and_checks_the_example(tmp_path):
                         "-D", "M=300", "-D", "N=200", "-D", "NNZ=900", "-D", "K=64"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
-    assert "sddmm: ran on interp (cpu)" in r.stdout and "P: max relative error" in r.stdout and ": ok" in r.stdout
+    assert "sddmm: ran on tilelang-cpu (cpu)" in r.stdout and "P: max relative error" in r.stdout and ": ok" in r.stdout
 
 
 # ---- TileLang (codegen/tilelang_sddmm.py): the kernel on the C target, the GPU form lowered -------
