@@ -159,9 +159,10 @@ class _SddmmBody:
         self.line(3, f"{self.lo} = {x['tc_ptr']}[{self.blk}]")
         self.line(3, f"{self.hi} = {x['tc_ptr']}[{self.blk} + 1]")
         (self.cpu_tile if em.cpu else self.gpu_tile)(3)
-        self.line(1, f"# every other entry ({x['dot_order']}): one f32 dot product each, {self.threads} per block")
+        per_block = self.threads // self.dot_group()
+        self.line(1, f"# every other entry ({x['dot_order']}): one f32 dot product each, {per_block} per block")
         self.line(1, f"if {x['n_dot']} > 0:")
-        self.line(2, f"with T.Kernel(T.ceildiv({x['n_dot']}, {self.threads}){threads}) as ({self.blk},):")
+        self.line(2, f"with T.Kernel(T.ceildiv({x['n_dot']}, {per_block}){threads}) as ({self.blk},):")
         self.line(3, f"{self.acc} = T.alloc_var(T.float32)")
         self.registers()
         self.dots(3)
@@ -250,6 +251,34 @@ class _SddmmBody:
         self.line(depth + 1, f"if {self.lo} + {s} * {self.threads} + {self.tx} < {self.hi}:")
         self.entry(depth + 2, f"{self.x['tc_order']}[{self.lo} + {s} * {self.threads} + {self.tx}]", m0, n0)
 
+    def group_dots(self, depth: int, g: int) -> None:
+        """GPU dot products with G lanes per entry: lane l of a group takes K's elements l, l + G, ...
+        (a group reads G consecutive elements of A's row and of Bt's row at once), then a shuffle
+        reduction over the group. Every lane runs the loop and the shuffles (an entry past the end
+        reads row 0 and column 0 and is not stored), so whole warps reach them."""
+        em, x = self.em, self.x
+        per_block = self.threads // g
+        q = f"{self.blk} * {per_block} + {self.tx} // {g}"
+        gl = f"{self.tx} % {g}"
+        self.line(depth, f"{self.e} = T.if_then_else({q} < {x['n_dot']}, {x['dot_order']}[T.min({q}, {x['n_dot']} - 1)], -1)")
+        self.line(depth, f"{self.row} = T.if_then_else({self.e} >= 0, {em.name(self.rows)}[T.max({self.e}, 0)], 0)")
+        self.line(depth, f"{self.col} = T.if_then_else({self.e} >= 0, {em.name(self.cols)}[T.max({self.e}, 0)], 0)")
+        self.line(depth, f"{self.acc} = T.float32(0)")
+        kk = em.indices(1)[0]
+        A, Bt = em.name(self.a), x["Bt"]
+        k = f"{kk} * {g} + {gl}"
+        self.line(depth, f"for {kk} in T.serial({-(-self.k // g)}):")
+        self.line(depth + 1, f"if {k} < {self.K}:")
+        prod = (f"{self.f32(f'{A}[{self.row}, {k}]', self.a.type.dtype)} * "
+                f"{self.f32(f'{Bt}[{self.col}, {k}]', self.b.type.dtype)}")
+        self.line(depth + 2, f"{self.acc} = {self.acc} + {prod}")
+        o = g // 2
+        while o:
+            self.line(depth, f"{self.acc} = {self.acc} + T.shfl_xor({self.acc}, {o})")
+            o //= 2
+        self.line(depth, f"if {self.e} >= 0 and {gl} == 0:")
+        self.store(depth + 1, self.e, self.row, self.col, self.acc)
+
     def cpu_tile(self, depth: int) -> None:
         em = self.em
         m0, n0 = self.corner()
@@ -275,8 +304,22 @@ class _SddmmBody:
         self.store(depth, self.e, self.row, self.col, f"{self.c_tile}[{self.row} - {m0}, {self.col} - {n0}]")
 
     # ---- the dot-product path ---------------------------------------------------------------
+    def dot_group(self) -> int:
+        """Lanes per entry on the GPU: a power of two up to a warp, each lane at least 8 of K's
+        elements (the group reads a row's consecutive elements together; the CPU form: 1)."""
+        if self.em.cpu:
+            return 1
+        g = 1
+        while g < 32 and self.k >= 16 * g:
+            g *= 2
+        return g
+
     def dots(self, depth: int) -> None:
         em, x = self.em, self.x
+        g = self.dot_group()
+        if g > 1:
+            self.group_dots(depth, g)
+            return
         first = f"{self.blk} * {self.threads}"
         if em.cpu:
             t = self.name("t")
