@@ -17,9 +17,10 @@ of the tiles' shared memory:
   thread tx writes entries tc_order[tc_ptr[b] + tx + j * threads]: P[e] = C[row_e - m*BM,
   col_e - n*BN]. CPU: the same tile as f32 loops, then its entries one after another. Padding
   rows and columns hold products of neighbouring rows (or zeros) that no entry reads.
-- the dot kernel, cdiv(n_dot, threads) blocks: entry dot_order[b * threads + t] (guarded at the
-  end) is an f32 dot product over K of A's row and Bt's row; t is the thread on the GPU, a loop
-  on the CPU.
+- the dot kernel: an f32 dot product over K of A's row and Bt's row per entry of dot_order
+  (guarded at the end). GPU: G lanes per entry (`dot_group`: up to a warp, at least 8 of K's
+  elements per lane), threads / G entries per block, each lane K's elements l, l + G, ..., then a
+  `T.shfl_xor` reduction over the group. CPU: `threads` entries per block, one after another.
 
 P is f32[NNZ] (P[e]) or dense [M, N] (P[row_e, col_e]; the runtime zero-fills it). Which tiles go
 where (`dot_below`, passes/sparse_dispatch.py) is the plan's business: the kernel computes any split.
