@@ -681,6 +681,11 @@ MUTANTS: list[Mutant] = [
       "tk_cp_async_wait<2>",
       "CUDA: a tensor-core tile multiplies a K chunk before its cp.async copies have landed", "gpu",
       tests=("tests/gpu/test_gpu_sddmm.py",), select="cuda and sddmm"),
+    M("tilelang-sddmm-dot-reduce-short", "codegen/tilelang_sddmm.py",
+      "        while o:",
+      "        while o > 1:",
+      "TileLang: the GPU dot products' shuffle reduction stops one step short (half the group's sums lost)",
+      "gpu", tests=("tests/gpu/test_gpu_sddmm.py",), select="tilelang and sddmm"),
     # ---- tkc/tune.py: pruning before compiling (issue 10) --------------------------------------
     M("tune-requires-ignored", "tkc/tune.py",
       "            if not holds:",
