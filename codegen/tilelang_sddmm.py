@@ -252,6 +252,12 @@ class _SddmmBody:
         self.line(depth + 1, f"if {self.lo} + {s} * {self.threads} + {self.tx} < {self.hi}:")
         self.entry(depth + 2, f"{self.x['tc_order']}[{self.lo} + {s} * {self.threads} + {self.tx}]", m0, n0)
 
+    def product(self, k: str) -> str:
+        """The f32 product of A's row and Bt's row (the entry's `row`, `col`) at index `k`."""
+        A, Bt = self.em.name(self.a), self.x["Bt"]
+        return (f"{self.f32(f'{A}[{self.row}, {k}]', self.a.type.dtype)} * "
+                f"{self.f32(f'{Bt}[{self.col}, {k}]', self.b.type.dtype)}")
+
     def group_dots(self, depth: int, g: int) -> None:
         """GPU dot products with G lanes per entry: lane l of a group takes K's elements l, l + G, ...
         (a group reads G consecutive elements of A's row and of Bt's row at once), then a shuffle
@@ -266,13 +272,10 @@ class _SddmmBody:
         self.line(depth, f"{self.col} = T.if_then_else({self.e} >= 0, {em.name(self.cols)}[T.max({self.e}, 0)], 0)")
         self.line(depth, f"{self.acc} = T.float32(0)")
         kk = em.indices(1)[0]
-        A, Bt = em.name(self.a), x["Bt"]
         k = f"{kk} * {g} + {gl}"
         self.line(depth, f"for {kk} in T.serial({-(-self.k // g)}):")
         self.line(depth + 1, f"if {k} < {self.K}:")
-        prod = (f"{self.f32(f'{A}[{self.row}, {k}]', self.a.type.dtype)} * "
-                f"{self.f32(f'{Bt}[{self.col}, {k}]', self.b.type.dtype)}")
-        self.line(depth + 2, f"{self.acc} = {self.acc} + {prod}")
+        self.line(depth + 2, f"{self.acc} = {self.acc} + {self.product(k)}")
         o = g // 2
         while o:
             self.line(depth, f"{self.acc} = {self.acc} + T.shfl_xor({self.acc}, {o})")
@@ -336,9 +339,6 @@ class _SddmmBody:
         self.line(depth, f"{self.col} = {em.name(self.cols)}[{self.e}]")
         self.line(depth, f"{self.acc} = T.float32(0)")
         kk = em.indices(1)[0]
-        A, Bt = em.name(self.a), x["Bt"]
         self.line(depth, f"for {kk} in T.serial({self.K}):")
-        prod = (f"{self.f32(f'{A}[{self.row}, {kk}]', self.a.type.dtype)} * "
-                f"{self.f32(f'{Bt}[{self.col}, {kk}]', self.b.type.dtype)}")
-        self.line(depth + 1, f"{self.acc} = {self.acc} + {prod}")
+        self.line(depth + 1, f"{self.acc} = {self.acc} + {self.product(kk)}")
         self.store(depth, self.e, self.row, self.col, self.acc)

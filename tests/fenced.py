@@ -59,19 +59,18 @@ def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     before its start)."""
     from tkc.runtime import TORCH_DTYPES, check_indices, check_runtime
 
-    from tkc.sparse import SparsePattern, dispatch_plan
+    from tkc.sparse import SparsePattern
 
     artifact, jit = kernel.specialize(kernel.bind_dims(inputs))
     env = artifact.module.env
     args = artifact.module.func.body.args
     sampled = kernel._sampled(artifact.module)
-    extras = []
-    if sampled is not None:  # a sampled gemm (SDDMM): B transposed and the pattern's DispatchPlan
-        pattern_at, b_at, bm, bn, dot_below = sampled
-        if kernel.dot_below is not None and dot_below <= bm * bn:
-            dot_below = kernel.dot_below
-        plan = dispatch_plan(inputs[pattern_at].to(inputs[b_at].device), bm, bn, dot_below)
-        extras = [inputs[b_at].t().contiguous(), *plan.tensors()]
+    extras, fill = [], {}
+    if sampled is not None:  # a sampled gemm (SDDMM): the runtime's launch data (B transposed, DispatchPlan)
+        device = inputs[sampled[1]].device
+        on_device = [t.to(device) if isinstance(t, SparsePattern) else t for t in inputs]
+        plan, bt, fill = kernel._sampled_launch_data(sampled, on_device)
+        extras = [bt, *plan.tensors()]
     values = [t for t in inputs if isinstance(t, int)]
     inputs = [x for t in inputs if not isinstance(t, int)
               for x in ((t.rows, t.cols) if isinstance(t, SparsePattern) else (t,))]
@@ -92,9 +91,8 @@ def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         init = next(old) if i in mutable else torch.zeros(shape, dtype=dtype) if args[i].name in zeroed else None
         outs.append(fenced(shape, dtype, device, init))
     ins_extra = [fenced(t.shape, t.dtype, device, t) for t in extras]
-    fill = {}
-    if extras and getattr(jit, "transpose", None):  # the CUDA kernel's own transpose writes Bt: start it as poison
-        ins_extra[0], fill = fenced(extras[0].shape, extras[0].dtype, device), {"fill_bt": True}
+    if fill:  # the CUDA kernel's own transpose writes Bt: start it as poison
+        ins_extra[0] = fenced(extras[0].shape, extras[0].dtype, device)
     if not extras or extras[-4].numel() + extras[-1].numel():  # an empty pattern launches nothing
         jit(*[v for v, _ in ins], *[v for v, _ in outs], *values, *[v for v, _ in ins_extra], **fill)
     ins += ins_extra

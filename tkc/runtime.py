@@ -393,26 +393,35 @@ class Kernel:
                 outputs.append((torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device))
         extras, fill = [], {}
         if sampled is not None and self.target != INTERP:  # the tile lists of a sampled gemm (SDDMM)
-            from tkc.sparse import dispatch_plan
-
-            pattern_at, b_at, bm, bn, dot_below = sampled
-            if self.dot_below is not None and dot_below <= bm * bn:  # (no override without a tensor-core path)
-                dot_below = int(self.dot_below)
-            plan = dispatch_plan(tensors[pattern_at], bm, bn, dot_below)
+            plan, bt, fill = self._sampled_launch_data(sampled, tensors)
             if plan.n_tc + plan.n_dot == 0:  # no entries: nothing to launch (P is empty or zeros)
                 return outputs[0] if len(outputs) == 1 else tuple(outputs)
-            b = tensors[b_at]
-            if plan.n_dot == 0:  # tensor-core tiles read B itself: Bt is not read, but TileLang checks
-                bt = b.reshape(b.shape[1], b.shape[0])  # its shape [N, K] (a free view of B's storage)
-            elif b.t().is_contiguous():  # dot products read rows of B transposed: free for a transposed view
-                bt = b.t()
-            elif self.target == "cuda":  # the kernel's own transpose fills it (faster than torch's)
-                bt, fill = torch.empty(b.shape[::-1], dtype=b.dtype, device=b.device), {"fill_bt": True}
-            else:
-                bt = b.t().contiguous()
             extras = [bt, *plan.tensors()]
         jit(*[t if t.is_contiguous() else t.contiguous() for t in arrays], *outputs, *values, *extras, **fill)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _sampled_launch_data(self, sampled, tensors):
+        """(plan, Bt, launch keywords) of a sampled gemm for `tensors` (the call's inputs, the
+        pattern on the kernel's device): the pattern's tkc.sparse.DispatchPlan at the pass's
+        threshold (or `self.dot_below`), and B transposed for the dot products: free for a
+        transposed view, left to the kernel's own transpose on `cuda` (`fill_bt`), unread (a free
+        [N, K] view of B, the shape TileLang checks) when the pattern has no dot products."""
+        import torch
+
+        from tkc.sparse import dispatch_plan
+
+        pattern_at, b_at, bm, bn, dot_below = sampled
+        if self.dot_below is not None and dot_below <= bm * bn:  # (no override without a tensor-core path)
+            dot_below = int(self.dot_below)
+        plan = dispatch_plan(tensors[pattern_at], bm, bn, dot_below)
+        b = tensors[b_at]
+        if plan.n_dot == 0:
+            return plan, b.reshape(b.shape[1], b.shape[0]), {}
+        if b.t().is_contiguous():
+            return plan, b.t(), {}
+        if self.target == "cuda":  # faster than torch's transpose
+            return plan, torch.empty(b.shape[::-1], dtype=b.dtype, device=b.device), {"fill_bt": True}
+        return plan, b.t().contiguous(), {}
 
     def _sampled(self, module):
         """(pattern input position, B input position, BM, BN, dot_below) of the kernel's sampled
