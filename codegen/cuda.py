@@ -27,7 +27,7 @@ import re
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value, format_attr_dict
-from dsl.ops import COMPARE, compare_dtype, peer_tiles, scalar_ranges, scalar_refs, scalars
+from dsl.ops import COMPARE, compare_dtype, dynamic_dims, peer_tiles, scalar_ranges, scalar_refs, scalars
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin, Chunk
 from codegen.cuda_gemm import GemmMixin
@@ -176,6 +176,11 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         if len(launches) != 1:
             raise error(func.loc, "the CUDA backend needs exactly one `grid`")
         launch = launches[0]
+        if dynamic_dims(func):  # grids, strides and edge checks here are built from concrete dims
+            raise error(func.loc, f"target `cuda` specializes on every dim; it cannot compile dynamic dim(s) "
+                        f"{', '.join(f'`{n}`' for n in sorted(dynamic_dims(func)))}",
+                        "use `--target tilelang` (or `tilelang-cpu`, `interp`), or drop the `dynamic` clause "
+                        "to compile one kernel per value")
         dims, consts = func.attrs.get("dims", {}), func.attrs.get("consts", {})
         self.used.add(kname)
         for k in list(dims) + list(consts) + [n for n, _, _ in scalars(func)]:

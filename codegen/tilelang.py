@@ -18,7 +18,7 @@ import keyword
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value
-from dsl.ops import COMPARE, compare_dtype, peer_tiles, scalar_refs, scalars, shared_accesses
+from dsl.ops import COMPARE, compare_dtype, dynamic_dims, peer_tiles, scalar_refs, scalars, shared_accesses
 from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
 
@@ -48,6 +48,12 @@ def tl_expr(text: str, tensors: dict[str, str] | None = None) -> str:
     """An IR index expression in TileLang syntax: floor division, T.min/T.max/T.ceildiv; an
     element of an index tensor (`ids[b]`) reads the buffer named by `tensors`."""
     return _tl(exprs.parse(text), tensors or {})
+
+
+def _row(v: Value) -> int | None:
+    """The last extent of `v`, None when it is a dynamic dim (its alignment is unknown)."""
+    last = v.type.shape[-1]
+    return None if exprs.names(last) else exprs.evaluate(last, {})
 
 
 def _saturates(src, dst) -> bool:
@@ -130,7 +136,7 @@ class _Emitter:
         kname = func.attrs.get("sym_name", "kernel")
         if self.cpu:
             self.check_cpu_dtypes()
-        self.used |= {kname, *func.attrs.get("dims", {}), *func.attrs.get("consts", {}), "main",
+        self.used |= {kname, *func.attrs.get("dims", {}), *func.attrs.get("consts", {}), "main", *dynamic_dims(func),
                       *(n for n, _, _ in scalars(func))}
         for op in self.m.walk():
             if op.name == "tile.launch":
@@ -151,6 +157,10 @@ class _Emitter:
         self.line(0, "# problem dims (the kernel is specialized on them)")
         for k in sorted(dims):
             self.line(0, f"{k} = {dims[k]}")
+        dynamic = sorted(dynamic_dims(func))
+        if dynamic:  # read from the tensors' shapes at every call: one compile serves every value
+            self.line(0, "# dynamic dims (bound from the tensors' shapes at every call)")
+            self.line(0, f"{', '.join(dynamic)} = T.dynamic(\"{', '.join(dynamic)}\")")
         if consts:
             self.line(0, "# schedule constants")
             for k in sorted(consts):
@@ -428,7 +438,7 @@ class _Emitter:
             if inner.name != "tile.copy" or inner.operands[0].type.space != "global":
                 continue
             for v in inner.operands:
-                if v.type.rank and v.type.concrete_shape({})[-1] * DTYPES[v.type.dtype][0] % 4:
+                if v.type.rank and (_row(v) or 1) * DTYPES[v.type.dtype][0] % 4:
                     return False
         return True
 
@@ -446,7 +456,7 @@ class _Emitter:
         if src.type.dtype != dst.type.dtype or dst.type.space != "shared" or any(op.attrs.get("checked", [True])):
             return False
         size = DTYPES[src.type.dtype][0]
-        rows = [v.type.concrete_shape({})[-1] * size for v in (src, dst) if v.type.rank]
+        rows = [(_row(v) or 1) * size for v in (src, dst) if v.type.rank]
         col = known_multiple(exprs.parse(op.attrs["src_offsets"][-1])) * size if op.attrs["src_offsets"] else 0
         nbytes = size
         for n in dst.type.concrete_shape({}):

@@ -177,3 +177,6 @@ class Kernel(Node):
     body: list[Stmt] = field(default_factory=list)
     # `tune BM = (64, 128), ...`: the values `tkc tune` searches per schedule constant
     tune: dict[str, tuple[tuple[int, ...], Loc]] = field(default_factory=dict)
+    # `dynamic M`: dims left symbolic through the compile (one kernel serves every value; the
+    # `where` default stays the value the compile-time checks and estimates use)
+    dynamic: dict[str, Loc] = field(default_factory=dict)

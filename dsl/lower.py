@@ -23,12 +23,16 @@ from dsl.parser import TOO_DEEP, TOO_DEEP_NOTE
 _LOOPS = {"range": "serial", "pipelined": "pipelined", "unroll": "unroll"}
 
 
-def lower(kernel: A.Kernel, source: str = "", overrides: dict[str, int] | None = None) -> Module:
-    """Lower `kernel` with `overrides` (dims or constants, e.g. from `-D BM=128`) applied.
+def lower(kernel: A.Kernel, source: str = "", overrides: dict[str, int] | None = None,
+          dynamic: tuple[str, ...] = ()) -> Module:
+    """Lower `kernel` with `overrides` (dims or constants, e.g. from `-D BM=128`) applied, and
+    the dims in `dynamic` (`--dynamic M`) left symbolic as if the file said `dynamic M`.
 
     Raises TkError for unknown names, dtype and shape errors, unmet `requires`, and overrides
     that name neither a dim nor a constant.
     """
+    for name in dynamic:
+        kernel.dynamic.setdefault(name, kernel.loc)
     return _Lowerer(kernel, source, dict(overrides or {})).run()
 
 
@@ -72,6 +76,9 @@ class _Lowerer(ExprLowerer):
         self.cluster = 0
         self.sparse: dict = {}  # sparse pattern name -> (param, M, N, NNZ, [rows, cols]) (dsl/lower_sparse.py)
         self.tiles = None  # (pattern, BM, BN, m, n) inside `grid (tiles(S, BM, BN)) as (m, n)`
+        self.scalars: dict[str, A.Param] = {}
+        self.dynamic: dict[str, Loc] = {}  # dims left symbolic (`dynamic M`)
+        self.allow_dynamic = False  # whether a compile-time index may name them (grid extents)
 
     # ---- environment ------------------------------------------------------------------------
     def run(self) -> Module:
@@ -113,6 +120,18 @@ class _Lowerer(ExprLowerer):
                 known = sorted(set(dims_used) | set(k.consts) | set(self.scalars))
                 raise error(k.loc, f"`-D {name}` names neither a dim nor a schedule constant of `{k.name}`",
                             f"known names: {', '.join(known)}")
+        sparse_dims = {d for p in k.inputs if S.is_sparse(p) for d, _ in p.dims or [] if isinstance(d, str)}
+        for name, loc in k.dynamic.items():
+            if name not in dims_used:
+                raise error(loc, f"`dynamic` names `{name}`, which is not a tensor dim of `{k.name}`",
+                            f"tensor dims: {', '.join(sorted(dims_used)) or 'none'}")
+            if name in sparse_dims:
+                raise error(loc, f"`{name}` is a dim of a sparse pattern, which cannot be dynamic",
+                            "the pattern's launch data is built per pattern already")
+        # dynamic dims stay symbolic: bound from the tensors at every call; their value here (the
+        # `where` default or `-D`) is what the compile-time checks and estimates use
+        self.dynamic = dict(k.dynamic)
+        self.allow_dynamic = False
         self.dims = {}
         for name, loc in dims_used.items():
             if name in self.overrides:
@@ -130,6 +149,7 @@ class _Lowerer(ExprLowerer):
         for name, v in self.consts.items():
             if v < 0:  # 0 is a valid switch value (STAGE=0); tile extents are checked where used
                 raise error(k.consts[name][1], f"schedule constant `{name}` must not be negative, got {v}")
+        dynamic = {name: self.dims.pop(name) for name in self.dynamic}
         self.env = {**self.dims, **self.consts}
 
         body = Region()
@@ -139,11 +159,13 @@ class _Lowerer(ExprLowerer):
             "sym_name": k.name, "dims": self.dims, "consts": self.consts,
             "outputs": list(range(first, first + len(k.outputs))),
             "reference": k.reference[0] if k.reference else ""})
+        if dynamic:
+            func.attrs["dynamic"] = dynamic
         if self.scalars:
             func.attrs["scalars"] = [[p.name, p.dtype, k.inputs.index(p)] for p in self.scalars.values()]
         if any(p.mutable for p in k.outputs):  # updated in place: arg indices (dsl/ast.py Param.mutable)
             func.attrs["mutable"] = [first + i for i, p in enumerate(k.outputs) if p.mutable]
-        self.scopes[0].update({name: name for name in self.scalars})
+        self.scopes[0].update({name: name for name in (*self.scalars, *self.dynamic)})
         if not k.outputs:
             raise error(k.loc, f"kernel `{k.name}` has no outputs")
         for p in k.inputs + k.outputs:
@@ -164,9 +186,9 @@ class _Lowerer(ExprLowerer):
             v = self.define(p.name, TileType("global", p.dtype, shape), p.loc)
             body.args.append(v)
         for cond in k.requires:
-            if ast_names(cond) & set(self.scalars):  # on runtime scalars: checked at every call
+            if ast_names(cond) & (set(self.scalars) | set(self.dynamic)):  # checked at every call
                 e = self.index(cond, allow_vars=True)
-                extra = exprs.names(e) - set(self.env) - set(self.scalars)
+                extra = exprs.names(e) - set(self.env) - set(self.scalars) - set(self.dynamic)
                 if extra:
                     raise error(cond.loc, f"`requires` may use dims, constants and runtime scalars, not `{sorted(extra)[0]}`")
                 body.ops.append(O.RequireOp(attrs={"cond": exprs.to_str(e), "runtime": True}, loc=cond.loc))
@@ -237,7 +259,11 @@ class _Lowerer(ExprLowerer):
         if tiles is None and (len(g.vars) != len(g.extents) or not 1 <= len(g.vars) <= 3):
             raise error(g.loc, f"the grid has {len(g.extents)} extents and {len(g.vars)} names",
                         "give 1 to 3 extents and one block-index name per extent")
-        extents = [] if tiles else [exprs.to_str(self.index(e, allow_vars=False)) for e in g.extents]
+        self.allow_dynamic = True  # `grid (cdiv(M, BM))` with M dynamic: the launch computes it
+        try:
+            extents = [] if tiles else [exprs.to_str(self.index(e, allow_vars=False)) for e in g.extents]
+        finally:
+            self.allow_dynamic = False
         if g.threads is not None:
             threads = self.index(g.threads, allow_vars=False)
         else:
@@ -283,6 +309,9 @@ class _Lowerer(ExprLowerer):
         """A signature dim written as an expression (`N / 2`): over dims that some parameter
         binds by name and schedule constants; its value must be positive."""
         for name in ast_names(e):
+            if name in self.dynamic:
+                raise error(loc, f"dynamic dim `{name}` cannot be used in a dim expression",
+                            "name the dim itself in the signature, or drop it from `dynamic`")
             if name not in self.env:
                 raise error(loc, f"`{name}` in the dim expression is neither a dim of a parameter nor a "
                             "schedule constant", "a dim expression uses dims that a parameter binds by name")

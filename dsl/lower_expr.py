@@ -79,6 +79,10 @@ def fold_int(e: A.Expr, env: dict[str, int]) -> int | None:
     return v if isinstance(v, int) else None
 
 
+DYNAMIC_NOTE = ("dynamic dims may set grid extents, loop bounds, slice offsets and numbers in tile expressions; "
+                "tile extents, `if`, threads and stages need static dims and constants (or drop it from `dynamic`)")
+
+
 class ExprLowerer:
     """Expression lowering; the host class provides env, lookup, temp, emit, tile_var, scopes,
     number_memo."""
@@ -95,6 +99,11 @@ class ExprLowerer:
             if isinstance(v, Value):
                 raise error(e.loc, f"`{e.id}` is a tile, not an integer", "index expressions use dims, constants and grid/loop indices")
             if not allow_vars and e.id not in self.env:
+                if e.id in self.dynamic:
+                    if self.allow_dynamic:  # a grid extent (`cdiv(M, BM)`): computed at launch
+                        return exprs.Sym(e.id)
+                    raise error(e.loc, f"`{e.id}` is a dynamic dim: its value is known only when the kernel runs, "
+                                "and this needs a value at compile time", DYNAMIC_NOTE)
                 if e.id in self.scalars:
                     raise error(e.loc, f"`{e.id}` is a runtime scalar: its value is known only when the kernel runs, "
                                 "and this needs a value at compile time",
@@ -153,6 +162,9 @@ class ExprLowerer:
             raise error(loc, f"`{tensor.name}` has rank {tensor.type.rank}, but {len(subs)} subscripts are given")
         offsets, sizes, steps = [], [], []
         for sub, dim in zip(subs, tensor.type.shape):
+            if sub.kind in ("all", "from") and exprs.names(dim) & set(self.dynamic):
+                raise error(sub.loc, f"this slice spans dynamic dim `{sorted(exprs.names(dim) & set(self.dynamic))[0]}` "
+                            f"of `{tensor.name}`: a tile's extent must be known at compile time", DYNAMIC_NOTE)
             step = 1
             if sub.step is not None:
                 step = fold_int(sub.step, self.env)
@@ -166,6 +178,7 @@ class ExprLowerer:
                     sizes.append(self.size(sub.hi))
                     continue
                 lo, hi = self.index(sub.lo), self.index(sub.hi)
+                self.static_extent(lo, hi, sub.loc)
                 if (exprs.names(lo) | exprs.names(hi)) - set(self.env):
                     raise error(sub.loc, "a `lo : hi : step` slice must not depend on grid or loop indices",
                                 "write `lo : +n : step` (n elements) for a tile that moves with an index")
@@ -193,6 +206,7 @@ class ExprLowerer:
                 sizes.append(self.size(sub.hi))
             else:
                 lo, hi = self.index(sub.lo), self.index(sub.hi)
+                self.static_extent(lo, hi, sub.loc)
                 if (exprs.names(lo) | exprs.names(hi)) - set(self.env):
                     raise error(sub.loc, "a `lo : hi` slice must not depend on grid or loop indices",
                                 "write `lo : +size` for a tile that moves with an index")
@@ -202,6 +216,13 @@ class ExprLowerer:
                 offsets.append(lo)
                 sizes.append(exprs.substitute(exprs.Bin("-", hi, lo), {}))
         return offsets, sizes, steps
+
+    def static_extent(self, lo: exprs.Expr, hi: exprs.Expr, loc: Loc) -> None:
+        """A `lo : hi` slice's extent must not depend on a dynamic dim."""
+        dyn = (exprs.names(lo) | exprs.names(hi)) & set(self.dynamic)
+        if dyn:
+            raise error(loc, f"this slice's extent depends on dynamic dim `{sorted(dyn)[0]}`: a tile's extent must "
+                        "be known at compile time", DYNAMIC_NOTE)
 
     def dtype_arg(self, e: A.Expr) -> str:
         if isinstance(e, A.Name) and e.id in DTYPES:

@@ -478,6 +478,12 @@ def scalars(func: Op) -> list[tuple[str, str, int]]:
     return [(n, d, int(i)) for n, d, i in func.attrs.get("scalars", [])]
 
 
+def dynamic_dims(func: Op) -> dict[str, int]:
+    """The kernel's dynamic dims (`dynamic M`): name -> the value compile-time checks use (the
+    `where` default or `-D`); the kernel reads the actual value from the tensors' shapes."""
+    return dict(func.attrs.get("dynamic", {}))
+
+
 def scalar_refs(func: Op) -> set[str]:
     """The runtime scalars read through a one-element device tensor (`scalar_refs`)."""
     return set(func.attrs.get("scalar_refs", []))
@@ -512,9 +518,11 @@ def index_bounds(func: Op, env: dict[str, int]) -> dict[str, int]:
 
 
 def scalar_ranges(func: Op, env: dict[str, int]) -> dict[str, tuple[int, int]]:
-    """Inclusive [lo, hi] of each runtime scalar: [0, 2^31 - 1] narrowed by the runtime
-    `requires` clauses of the form `pos < E`, `pos <= E` (E over dims and constants)."""
+    """Inclusive [lo, hi] of each runtime scalar: [0, 2^31 - 1], and of each dynamic dim:
+    [1, 2^31 - 1], narrowed by the runtime `requires` clauses of the form `pos < E`, `pos <= E`
+    (E over dims and constants)."""
     out = {n: exprs.UNKNOWN for n, _, _ in scalars(func)}
+    out.update({n: (1, exprs.UNKNOWN[1]) for n in dynamic_dims(func)})
     for op in func.body.ops:
         if op.name != "tile.require" or not op.attrs.get("runtime"):
             continue

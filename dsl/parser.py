@@ -102,6 +102,10 @@ class _Builder:
                     self._unique(k.tune, d.children[0], "tune space of")
                     values = tuple(int(v) for v in d.children[1:] if v is not None)
                     k.tune[str(d.children[0])] = (values, self.loc(d))
+            elif c.data == "dynamic_clause":
+                for d in c.children:
+                    self._unique(k.dynamic, d.children[0], "dynamic dim")
+                    k.dynamic[str(d.children[0])] = self.loc(d)
             elif k.reference is not None:
                 raise error(self.loc(c), "a kernel has one `reference`")
             else:

@@ -74,9 +74,9 @@ def verify(module: Module, stage: str = "") -> None:
             for child in region.ops:
                 check(child, op.name, inner, inner_names, cluster, threads)
 
-    from dsl.ops import scalars
+    from dsl.ops import dynamic_dims, scalars
 
-    names = set(env) | {n for n, _, _ in scalars(module.func)}
+    names = set(env) | {n for n, _, _ in scalars(module.func)} | set(dynamic_dims(module.func))
     if module.func.regions:
         names |= {a.name for a in module.func.regions[0].args if a.type.dtype in ("i32", "i8")}
     check(module.func, None, set(), names)

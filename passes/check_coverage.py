@@ -7,7 +7,8 @@ and constants, the region every store into a global output (`tile.copy` to a `gl
 writes for every block of the grid (cluster ranks included) and every iteration of the loops
 around it, clipped to the tensor (partial tiles are guarded), and marks it in a bitmap of the
 output. An output with unwritten elements is a located error at its first store (at the kernel
-when nothing stores to it), naming how many elements are missing and the first of them.
+when nothing stores to it), naming how many elements are missing and the first of them. A
+kernel with dynamic dims (`dynamic M`) is checked at several values of them (`_envs`).
 
 The check is skipped (the module passes) when the enumeration would exceed MAX_STORES store
 executions, an output exceeds MAX_ELEMENTS elements, or a store's region or a loop bound depends
@@ -25,6 +26,7 @@ import numpy as np
 from dsl import exprs
 from dsl.diagnostics import Diagnostic, TkError
 from dsl.ir import Module, Op
+from dsl.ops import dynamic_dims
 from passes.options import options_from
 
 MAX_STORES = 200_000  # store executions enumerated per kernel before the check gives up
@@ -47,46 +49,78 @@ class CheckCoveragePass:
         return self.name
 
     def run(self, module: Module) -> Module:
-        func, env = module.func, module.env
-        args = func.body.args
-        # `mut` outputs are updated in place: the elements a kernel does not store keep their values
-        outs = [args[i] for i in func.attrs.get("outputs", []) if i not in func.attrs.get("mutable", [])]
-        # a sampled gemm writes every entry of its pattern (its values output) or every entry and
-        # 0 elsewhere (a dense output): which block writes what is decided by the pattern at run time
-        sampled = {id(op.operands[4]) for op in func.walk() if op.name == "tile.sampled_gemm"}
-        outs = [a for a in outs if id(a) not in sampled]
-        shapes = {id(a): a.type.concrete_shape(env) for a in outs}
-        if any(int(np.prod(s)) > MAX_ELEMENTS for s in shapes.values()):
-            return module
-        written = {id(a): np.zeros(shapes[id(a)], dtype=bool) for a in outs}
-        stores: dict[int, list[Op]] = {id(a): [] for a in outs}
-        budget = [MAX_STORES]
-        try:
-            for launch in func.body.ops:
-                if launch.name == "tile.launch":
-                    _launch(launch, env, written, stores, budget)
-        except (_TooLarge, exprs.ExprError):  # too many stores, or a runtime value decides
-            return module
-        diags = []
-        for a in outs:
-            missing = ~written[id(a)]
-            count = int(missing.sum())
-            if not count:
-                continue
-            first = [int(i) for i in np.argwhere(missing)[0]]
-            total = missing.size
-            where = stores[id(a)][0].loc if stores[id(a)] else func.loc
-            if not stores[id(a)]:
-                notes = [f"nothing stores to it: write it, e.g. `{a.name}[...] = ...`"]
-            else:
-                notes = [f"stored at {', '.join(str(op.loc) for op in stores[id(a)])}"] if len(stores[id(a)]) > 1 else []
-                notes.append("a grid or loop bound that rounds down leaves the rest: use `cdiv(...)` for it, or "
-                             "state the divisibility with `requires` (e.g. `requires K % BK == 0`)")
-            diags.append(Diagnostic(where, f"output `{a.name}` is not fully written: {count} of {total} elements "
-                                    f"(the first at {first}) are stored by no block", notes))
-        if diags:
-            raise TkError(diags)
+        for env, note in _envs(module):
+            diags = _check(module, env)
+            if diags:
+                for d in diags:
+                    d.notes.extend([note] if note else [])
+                raise TkError(diags)
         return module
+
+
+def _envs(module: Module):
+    """The dims to check at: the kernel's own, and with dynamic dims (`dynamic M`) at several
+    values that its runtime `requires` admit (its `where` value, 1, 17, and one past the
+    `where` value: a partial tile at the edge), each with a note naming the values."""
+    dynamic = dynamic_dims(module.func)
+    if not dynamic:
+        yield module.env, ""
+        return
+    conds = [exprs.parse(op.attrs["cond"]) for op in module.func.body.ops
+             if op.name == "tile.require" and op.attrs.get("runtime")]
+    names = sorted(dynamic)
+    candidates = [sorted({dynamic[n], 1, 17, dynamic[n] + 1}) for n in names]
+    for values in itertools.islice(itertools.product(*candidates), 64):
+        env = {**module.env, **dict(zip(names, values))}
+        try:
+            if not all(exprs.evaluate(c, env) for c in conds):
+                continue
+        except exprs.ExprError:  # a condition on a runtime scalar: it does not restrict the dims
+            pass
+        yield env, "at dynamic " + ", ".join(f"{n} = {v}" for n, v in zip(names, values))
+
+
+def _check(module: Module, env: dict[str, int]) -> list[Diagnostic]:
+    """The coverage diagnostics of `module` at `env` (empty when the outputs are covered or the
+    check cannot decide)."""
+    func = module.func
+    args = func.body.args
+    # `mut` outputs are updated in place: the elements a kernel does not store keep their values
+    outs = [args[i] for i in func.attrs.get("outputs", []) if i not in func.attrs.get("mutable", [])]
+    # a sampled gemm writes every entry of its pattern (its values output) or every entry and
+    # 0 elsewhere (a dense output): which block writes what is decided by the pattern at run time
+    sampled = {id(op.operands[4]) for op in func.walk() if op.name == "tile.sampled_gemm"}
+    outs = [a for a in outs if id(a) not in sampled]
+    shapes = {id(a): a.type.concrete_shape(env) for a in outs}
+    if any(int(np.prod(s)) > MAX_ELEMENTS for s in shapes.values()):
+        return []
+    written = {id(a): np.zeros(shapes[id(a)], dtype=bool) for a in outs}
+    stores: dict[int, list[Op]] = {id(a): [] for a in outs}
+    budget = [MAX_STORES]
+    try:
+        for launch in func.body.ops:
+            if launch.name == "tile.launch":
+                _launch(launch, env, written, stores, budget)
+    except (_TooLarge, exprs.ExprError):  # too many stores, or a runtime value decides
+        return []
+    diags = []
+    for a in outs:
+        missing = ~written[id(a)]
+        count = int(missing.sum())
+        if not count:
+            continue
+        first = [int(i) for i in np.argwhere(missing)[0]]
+        total = missing.size
+        where = stores[id(a)][0].loc if stores[id(a)] else func.loc
+        if not stores[id(a)]:
+            notes = [f"nothing stores to it: write it, e.g. `{a.name}[...] = ...`"]
+        else:
+            notes = [f"stored at {', '.join(str(op.loc) for op in stores[id(a)])}"] if len(stores[id(a)]) > 1 else []
+            notes.append("a grid or loop bound that rounds down leaves the rest: use `cdiv(...)` for it, or "
+                         "state the divisibility with `requires` (e.g. `requires K % BK == 0`)")
+        diags.append(Diagnostic(where, f"output `{a.name}` is not fully written: {count} of {total} elements "
+                                f"(the first at {first}) are stored by no block", notes))
+    return diags
 
 
 def _launch(op: Op, env: dict[str, int], written, stores, budget) -> None:

@@ -91,15 +91,20 @@ def _bind(op: Op, env: dict[str, int], ranges: dict[str, tuple[int, int]]) -> No
             op.attrs[key] = exprs.to_str(exprs.substitute(exprs.parse(value), env))
     for r in op.results:
         r.type = r.type.substitute(env)
-        if any(exprs.evaluate(d, {}) <= 0 for d in r.type.shape):
+        try:
+            extents = [exprs.evaluate(d, {}) for d in r.type.shape]
+        except exprs.ExprError:  # lowering rejects tile extents over dynamic dims; IR text may not
+            raise error(op.loc, f"tile `{r}` has an extent known only at run time: {r.type}",
+                        "tile extents are static dims and constants") from None
+        if any(n <= 0 for n in extents):
             raise error(op.loc, f"tile `{r}` has a non-positive extent: {r.type}")
     inner = dict(ranges)
     if op.name == "tile.launch":
         for var, extent in zip(op.attrs["vars"], op.attrs["grid"]):
-            n = exprs.evaluate(exprs.parse(extent), {})
-            if n <= 0:
-                raise error(op.loc, f"grid extent `{extent}` for `{var}` is {n}; it must be positive")
-            inner[var] = (0, n - 1)
+            lo, hi = exprs.bounds(exprs.parse(extent), ranges)  # a dynamic dim's extent: a range
+            if hi <= 0:
+                raise error(op.loc, f"grid extent `{extent}` for `{var}` is {hi}; it must be positive")
+            inner[var] = (0, hi - 1)
         for rank, extent in zip(op.attrs.get("ranks", []), op.attrs.get("cluster", [])):
             inner[rank] = (0, exprs.evaluate(exprs.parse(extent), {}) - 1)
     if op.name == "tile.for":
@@ -125,6 +130,6 @@ def _mark_partial(op: Op, ranges: dict[str, tuple[int, int]]) -> None:
     steps = op.attrs.get(key.replace("offsets", "steps")) or [1] * tensor.type.rank
     for off, size, dim, step in zip(op.attrs[key], tile.type.shape, tensor.type.shape, steps):
         lo, hi = exprs.bounds(exprs.parse(off), ranges)
-        n, extent = exprs.evaluate(size, {}), exprs.evaluate(dim, {})
+        n, extent = exprs.evaluate(size, {}), exprs.bounds(dim, ranges)[0]  # a dynamic dim: its least value
         checked.append(lo < 0 or hi + (n - 1) * step + 1 > extent)
     op.attrs["checked"] = checked

@@ -15,7 +15,7 @@ import sys
 from dsl.diagnostics import error
 from tkc import driver
 from tkc.cache import Cache
-from tkc.oracle import error_budgets, outputs, random_inputs, reference, rel_error  # noqa: F401 (re-exported)
+from tkc.oracle import dims_env, error_budgets, outputs, random_inputs, reference, rel_error  # noqa: F401 (re-exported)
 from tkc.runtime import Kernel
 
 
@@ -43,7 +43,7 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
     if device == "cuda" and not torch.cuda.is_available():  # the user's machine, not a tkc bug
         raise error(module.func.loc, f"target `{target}` needs a CUDA GPU, and torch sees none",
                     "run on the CPU with `--target tilelang-cpu` (or `--target interp`), or leave `--target` out")
-    nbytes = sum(a.type.nbytes(module.env) for a in module.func.body.args)
+    nbytes = sum(a.type.nbytes(dims_env(module)) for a in module.func.body.args)
     total = _memory_bytes(device)
     if total is not None and nbytes > total:  # refuse before allocating (no OOM kill midway)
         raise error(module.func.loc, f"the kernel's tensors need {nbytes:,} bytes; this machine's {device} "
@@ -66,7 +66,7 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
     results = list(results) if isinstance(results, tuple) else [results]
 
     scalar_args = {n: v for n, v in zip(input_names(module), inputs) if isinstance(v, int)}
-    shapes = ", ".join(f"{n}={v}" for n, v in sorted({**module.env, **scalar_args}.items()))
+    shapes = ", ".join(f"{n}={v}" for n, v in sorted({**dims_env(module), **scalar_args}.items()))
     print(f"{module.func.attrs['sym_name']}: ran on {target} ({device}) with {shapes}")
     if not check:
         return 0

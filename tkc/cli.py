@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--target", default="tilelang", choices=TARGETS)
     c.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="NAME=VALUE",
                    help="set a schedule constant or problem dim")
+    c.add_argument("--dynamic", action="append", default=[], metavar="DIM",
+                   help="leave this problem dim symbolic, as the kernel's `dynamic` clause does: one "
+                   "compiled kernel serves every value (repeat for several)")
     c.add_argument("-o", dest="output", help="write the code here instead of stdout")
     c.add_argument("--explain", action="store_true",
                    help="print the passes' decisions and the estimates behind them (the sampled gemm's "
@@ -69,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("file", help=".tk source or .tkir IR")
     o.add_argument("-p", "--pipeline", default="", help="e.g. tile{BM=64},software-pipeline,check-smem-fit")
     o.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="NAME=VALUE")
+    o.add_argument("--dynamic", action="append", default=[], metavar="DIM",
+                   help="leave this problem dim symbolic (as the kernel's `dynamic` clause)")
     o.add_argument("--print-ir-after-all", action="store_true")
 
     t = sub.add_parser("tune", help="search the schedule constants for the fastest configuration on this GPU")
@@ -138,7 +143,8 @@ def _cache(args):
 def cmd_compile(args) -> int:
     from tkc import driver
 
-    artifact = driver.compile_file(args.file, args.target, dict(args.defines), _cache(args))
+    artifact = driver.compile_file(args.file, args.target, dict(args.defines), _cache(args),
+                                   dynamic=tuple(args.dynamic))
     if args.explain:  # the code is still written with -o
         from passes.sparse_dispatch import explain
 
@@ -178,7 +184,7 @@ def cmd_opt(args) -> int:
     # --print-ir-after-all without -p: the default pipeline (the one `compile` runs)
     spec = args.pipeline or (driver.default_pipeline("tilelang") if args.print_ir_after_all else "")
     passes = parse_pipeline(spec)
-    module = driver.frontend(args.file, dict(args.defines))
+    module = driver.frontend(args.file, dict(args.defines), dynamic=tuple(args.dynamic))
 
     def show(name, m):
         sys.stdout.write(f"// -----// IR after `{name}` //----- //\n{print_module(m)}")

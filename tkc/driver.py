@@ -35,23 +35,26 @@ def read_source(path: str) -> str:
         raise error(Loc(path, 0, 0), f"cannot read `{path}`: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def frontend(path: str, overrides: dict[str, int] | None = None, text: str | None = None):
-    """Parse and lower a .tk file, or parse a .tkir file (overrides then must be empty)."""
+def frontend(path: str, overrides: dict[str, int] | None = None, text: str | None = None,
+             dynamic: tuple[str, ...] = ()):
+    """Parse and lower a .tk file, or parse a .tkir file (overrides then must be empty);
+    `dynamic` dims are left symbolic (`--dynamic M`, as the file's `dynamic` clause)."""
     from dsl.ir_parser import parse_module
     from dsl.lower import lower
     from dsl.parser import parse
 
     text = read_source(path) if text is None else text
     if path.endswith(".tkir"):
-        if overrides:
-            raise error(Loc(path, 1, 1), "`-D` applies to .tk files only; IR files are already specialized")
+        if overrides or dynamic:
+            raise error(Loc(path, 1, 1), f"`{'-D' if overrides else '--dynamic'}` applies to .tk files only; "
+                        "IR files are already specialized")
         return parse_module(text, path)
     # Parsing and lowering recurse once per nesting level (a chain of 3,000 `+` is 3,000 levels);
     # Python 3.11+ keeps pure-Python recursion off the C stack, so a higher limit is safe here.
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, DEPTH_LIMIT))
     try:
-        return lower(parse(text, path), text, overrides)
+        return lower(parse(text, path), text, overrides, tuple(dynamic))
     finally:
         sys.setrecursionlimit(old)
 
@@ -98,31 +101,32 @@ class Artifact:
         return os.path.join(self.entry, SOURCE_FILE[self.target])
 
 
-def _source_key(path: str, text: str, overrides: dict[str, int], target: str, scalar_refs=()) -> str:
+def _source_key(path: str, text: str, overrides: dict[str, int], target: str, scalar_refs=(), dynamic=()) -> str:
     h = hashlib.sha256()
     for part in (os.path.abspath(path), path, text, repr(sorted(overrides.items())), target,
-                 default_pipeline(target), tool_versions(), repr(sorted(scalar_refs))):
+                 default_pipeline(target), tool_versions(), repr(sorted(scalar_refs)), repr(sorted(dynamic))):
         h.update(part.encode())
         h.update(b"\0")
     return "src-" + h.hexdigest()
 
 
 def compile_file(path: str, target: str, overrides: dict[str, int] | None = None,
-                 cache: Cache | None = None, scalar_refs=()) -> Artifact:
+                 cache: Cache | None = None, scalar_refs=(), dynamic: tuple[str, ...] = ()) -> Artifact:
     """Compile `path` for `target`; raises TkError for any user error. `scalar_refs`: runtime
     scalars the kernel reads from a one-element i32 tensor argument (in the scalar's place)
-    instead of taking by value (`tkc.compile`'s kernels do this when called with a tensor)."""
+    instead of taking by value (`tkc.compile`'s kernels do this when called with a tensor).
+    `dynamic`: dims left symbolic besides those of the file's `dynamic` clause."""
     cache = cache or Cache()
     overrides = dict(overrides or {})
     text = read_source(path)
-    src_key = _source_key(path, text, overrides, target, scalar_refs)
+    src_key = _source_key(path, text, overrides, target, scalar_refs, dynamic)
     index = cache.get(src_key)
     if index is not None:
         key = index.get("key", "")
         files = cache.get(key) if len(key) == 64 else None
         if files is not None and SOURCE_FILE[target] in files and IR_FILE in files:
             return Artifact(target, files[SOURCE_FILE[target]], key, cache.path(key), True, files[IR_FILE])
-    module = optimize(frontend(path, overrides, text), target)
+    module = optimize(frontend(path, overrides, text, dynamic), target)
     if scalar_refs:
         module.func.attrs["scalar_refs"] = sorted(scalar_refs)
     artifact = emit(module, target, cache)

@@ -87,7 +87,7 @@ def error_budgets(module: Module) -> dict[str, ErrorBudget]:
     depth: dict[int, int] = {id(a): 0 for a in module.func.body.args}
     for op in module.func.body.ops:
         if op.name == "tile.launch":
-            _walk(op.body.ops, dict(module.env), [], depth, records)
+            _walk(op.body.ops, dims_env(module), [], depth, records)
     writers: dict[int, list[int]] = {}
     consumers: dict[int, list[Op]] = {}
     for i, (op, _, _) in enumerate(records):
@@ -196,6 +196,22 @@ def _float_tensor(shape, dist: str, gen, dtype):
     return t.to(dtype)
 
 
+def dims_env(module: Module, inputs: dict | None = None) -> dict[str, int]:
+    """The module's dims and constants, with its dynamic dims (`dynamic M`) at their compile-time
+    values, or bound from the shapes of `inputs` (input name -> tensor) when given."""
+    from dsl.ops import dynamic_dims
+
+    env = {**module.env, **dynamic_dims(module.func)}
+    for name in dynamic_dims(module.func) if inputs else ():
+        for a in module.func.body.args:
+            t = inputs.get(a.name)
+            at = [k for k, d in enumerate(a.type.shape) if d == exprs.Sym(name)]
+            if at and hasattr(t, "shape"):
+                env[name] = int(t.shape[at[0]])
+                break
+    return env
+
+
 def input_names(module: Module) -> list[str]:
     """The kernel's inputs in call order: tensor arguments and runtime scalars (`pos: i32`), then
     the `mut` outputs (whose old values the reference reads under their names)."""
@@ -219,7 +235,7 @@ def scalar_values(module: Module, seed: int, given: dict[str, int] | None = None
     from dsl.ops import scalar_ranges
 
     out = {}
-    for name, (lo, hi) in scalar_ranges(module.func, module.env).items():
+    for name, (lo, hi) in scalar_ranges(module.func, dims_env(module)).items():
         if given and name in given:
             out[name] = int(given[name])
         else:
@@ -240,7 +256,7 @@ def random_inputs(module: Module, seed: int, device: str, dist: str = "normal", 
     from tkc.runtime import TORCH_DTYPES
 
     gen = torch.Generator().manual_seed(seed)
-    env = module.env
+    env = dims_env(module)
     outs = set(module.func.attrs["outputs"])
     bounds = index_bounds(module.func, env)
     tensors = []
@@ -294,7 +310,7 @@ def random_pattern(module: Module, name: str, fmt: str, m: str, n: str, nnz: int
     from dsl.diagnostics import error
     from tkc.sparse import SparseInputError, SparsePattern, uniform
 
-    rows, cols = (exprs.evaluate(exprs.parse(e), module.env) for e in (m, n))
+    rows, cols = (exprs.evaluate(exprs.parse(e), dims_env(module)) for e in (m, n))
     try:
         p = uniform(rows, cols, nnz, seed=int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
     except SparseInputError as exc:
@@ -352,7 +368,7 @@ def reference(module: Module, inputs):
         raise error(func.loc, f"kernel `{func.attrs.get('sym_name')}` has no `reference`",
                     'add `reference "<torch expression>"` after the signature to use --check')
     names = input_names(module)
-    scope = {"torch": torch, "F": F, **module.env}
+    scope = {"torch": torch, "F": F, **dims_env(module, dict(zip(names, inputs)))}
     for n, t in zip(names, inputs):
         _reference_value(n, t, scope)
     try:

@@ -135,8 +135,9 @@ class Kernel:
     order) to get the outputs (one tensor, or a tuple for several)."""
 
     def __init__(self, path: str, target: str, consts: dict[str, int], cache: Cache | None = None,
-                 tune: bool = False):
+                 tune: bool = False, dynamic: tuple[str, ...] = ()):
         self.path, self.target, self.consts, self.tune = path, target, dict(consts), tune
+        self.extra_dynamic = tuple(dynamic)  # dims made dynamic by the caller (`tkc.compile(dynamic=)`)
         self.cache = cache or Cache()
         self.text = driver.read_source(path)
         self.ast = parse(self.text, path)
@@ -155,6 +156,12 @@ class Kernel:
         # everywhere (for measurements and tests; f32 operands have dot products only).
         self.dot_below: int | None = None
         dims = {d for p in self.ast.inputs + self.ast.outputs for d, _ in p.dims or [] if isinstance(d, str)}
+        for name in self.extra_dynamic:
+            if name not in dims:
+                raise error(self.ast.loc, f"`dynamic={self.extra_dynamic!r}` names `{name}`, which is not a tensor "
+                            f"dim of `{self.ast.name}`", f"tensor dims: {', '.join(sorted(dims)) or 'none'}")
+        # dims every call binds from the tensors without compiling again (`dynamic M`)
+        self.dynamic = set(self.ast.dynamic) | set(self.extra_dynamic)
         for name, value in self.consts.items():
             if name in dims:
                 raise error(self.ast.loc, f"`{name}` is a problem dim of `{self.ast.name}`, not a schedule constant",
@@ -273,14 +280,16 @@ class Kernel:
         one-element device tensor (the reference interpreter takes their values instead)."""
         if self.target == INTERP:
             scalar_refs = ()
+        dims = {k: v for k, v in dims.items() if k not in self.dynamic}  # one compile serves every value of those
         key = (tuple(sorted(dims.items())), tuple(sorted(scalar_refs)))
         if key not in self._built:
             overrides = {**self.consts_for(dims), **dims}
             if self.target == INTERP:
-                module = driver.optimize(driver.frontend(self.path, overrides), "tilelang")
+                module = driver.optimize(driver.frontend(self.path, overrides, dynamic=self.extra_dynamic), "tilelang")
                 self._built[key] = (_Interpreted(module), _interpreter(module))
             else:
-                artifact = driver.compile_file(self.path, self.target, overrides, self.cache, scalar_refs)
+                artifact = driver.compile_file(self.path, self.target, overrides, self.cache, scalar_refs,
+                                               self.extra_dynamic)
                 self._built[key] = (artifact, build(artifact, self.cache))
         return self._built[key]
 
@@ -318,10 +327,12 @@ class Kernel:
         if fast is None:
             tensors = tuple(self._as_tensor(t, i) for i, t in enumerate(tensors))
             refs = tuple(p.name for p, t in zip(self.inputs, tensors) if p.dims is None and not isinstance(t, int))
-            artifact, jit = self.specialize(self.bind_dims(tensors), refs)
+            dims = self.bind_dims(tensors)
+            artifact, jit = self.specialize(dims, refs)
             module = artifact.module
             args = module.func.body.args
-            outs = [(a.type.concrete_shape(module.env), getattr(torch, TORCH_DTYPES[a.type.dtype]))
+            dynamic = {k: v for k, v in dims.items() if k in self.dynamic}  # this signature's values
+            outs = [(a.type.concrete_shape({**module.env, **dynamic}), getattr(torch, TORCH_DTYPES[a.type.dtype]))
                     for a in (args[i] for i in module.func.attrs["outputs"])]
             from dsl.ops import index_bounds
 
@@ -334,13 +345,13 @@ class Kernel:
                       if op.name == "tile.sampled_gemm" and op.operands[4].type.rank == 2}  # off the pattern
             outs = [(shape, dtype, a.name in zeroed) for (shape, dtype), a in
                     zip(outs, (args[i] for i in module.func.attrs["outputs"]))]
-            fast = (module, jit, outs, scalar_names, runtime, indexed, self._sampled(module))
+            fast = (module, jit, outs, scalar_names, runtime, indexed, self._sampled(module), dynamic)
             if key is not None:
                 self._fast[key] = fast
         else:
             tensors = tuple(self._as_tensor(t, i) if p.dims is None or p.dtype in SPARSE_FORMATS else t
                             for i, (p, t) in enumerate(zip(self.inputs, tensors)))
-        module, jit, outs, scalar_names, runtime, indexed, sampled = fast
+        module, jit, outs, scalar_names, runtime, indexed, sampled, dynamic = fast
         values = [t for p, t in zip(self.inputs, tensors) if p.dims is None]
         arrays = [x for p, t in zip(self.inputs, tensors) if p.dims is not None
                   for x in ((t.rows, t.cols) if p.dtype in SPARSE_FORMATS else (t,))]
@@ -369,13 +380,13 @@ class Kernel:
                         raise error(p.loc, f"runtime scalar `{n}` is {v}; it must be in [0, 2^31)",
                                     "index values are non-negative i32")
                 if runtime:
-                    check_runtime(module, {n: t if isinstance(t, int) else int(t.reshape(()).item())
-                                           for n, t in zip(scalar_names, values)})
+                    check_runtime(module, {**dynamic, **{n: t if isinstance(t, int) else int(t.reshape(()).item())
+                                                         for n, t in zip(scalar_names, values)}})
                 if indexed:
                     check_indices(module, {name: arrays[k] for k, name, _ in indexed},
                                   {name: hi for _, name, hi in indexed})
         elif runtime:
-            check_runtime(module, dict(zip(scalar_names, values)))
+            check_runtime(module, {**dynamic, **dict(zip(scalar_names, values))})
         if self.target == INTERP:  # the interpreter takes values
             values = [t if isinstance(t, int) else int(t.reshape(()).item()) for t in values]
         else:
@@ -443,6 +454,12 @@ class Kernel:
     def n_mutable(self) -> int:
         return sum(p.mutable for p in self.ast.outputs)
 
+    def as_torch_op(self, name: str | None = None, **options):
+        """This kernel as a torch custom op (tkc/torch_op.py `register`: schema, fake impl, errors)."""
+        from tkc import torch_op
+
+        return torch_op.register(self, name, **options)
+
 
 _assumed = contextvars.ContextVar("tkc_assume_valid", default=False)
 
@@ -497,13 +514,17 @@ def check_indices(module, tensors: dict, bounds: dict | None = None) -> None:
 
 
 def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, tune: bool = False,
-            **consts: int) -> Kernel:
+            dynamic: tuple[str, ...] = (), **consts: int) -> Kernel:
     """Compile the .tk kernel at `path` for `target` ("tilelang" on a GPU, "tilelang-cpu" on the
     CPU, "interp" for the reference interpreter) with schedule constants `consts` (e.g. BM=128)
     overriding the file's defaults. With `tune=True` (GPU targets only, no `consts`) the
     constants are, per set of dims, the best configuration `tkc tune` measured for this source,
     these dims, this GPU and target; dims never tuned raise TkError at the first call, with the
     `tkc tune` command to run (no silent fallback to the defaults).
+
+    `dynamic` names problem dims to leave symbolic besides those of the kernel's `dynamic`
+    clause (e.g. `dynamic=("M",)`): calls at any value of them share one compiled kernel (not
+    on `target="cuda"`, which specializes on every dim: TkError at the first call).
 
     Returns a callable on torch tensors (numpy arrays are converted) that allocates and returns
     the outputs. Raises dsl.diagnostics.TkError for user errors, here already for an unknown
@@ -513,4 +534,4 @@ def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, t
     """
     if target not in LAUNCH_TARGETS:
         raise error(Loc(path, 0, 0), f"target `{target}` cannot be launched", f"use one of {', '.join(LAUNCH_TARGETS)}")
-    return Kernel(path, target, consts, Cache(cache_dir) if cache_dir else None, tune)
+    return Kernel(path, target, consts, Cache(cache_dir) if cache_dir else None, tune, tuple(dynamic))
