@@ -43,6 +43,11 @@ SPECS: dict[str, Spec] = {
                              # the file's own BN: two mma blocks per warp along N, stored 16 bytes
                              # per lane after a quad transpose (codegen/cuda_gemm.py wide_store_out)
                              variants=({"BN": 128},)),
+    # PEFT's MiSS adapter plus the base output (tkc.integrations.peft): miss.tk's tiling, any K
+    "examples/peft_miss.tk": Spec({"M": 40, "N": 72, "K": 100, "R": 16}, {"BM": 16, "BN": 32, "stages": 3},
+                                  {**_MISS, "K": "R"}),
+    "examples/peft_miss_bf16.tk": Spec({"M": 40, "N": 72, "K": 100, "R": 16}, {"BM": 16, "BN": 32, "stages": 3},
+                                       {**_MISS, "K": "R"}),
     "examples/miss_v3.tk": Spec({"M": 40, "N": 72, "K": 48, "R": 16}, {"BM": 16, "BN": 32, "stages": 3},
                                 _MISS, multiple_of={"K": "R"}),
     "examples/miss_mtile.tk": Spec({"M": 40, "N": 40, "K": 48, "R": 16}, {"BM": 16, "stages": 2},
