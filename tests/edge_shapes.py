@@ -48,6 +48,12 @@ SPECS: dict[str, Spec] = {
                                   {**_MISS, "K": "R"}),
     "examples/peft_miss_bf16.tk": Spec({"M": 40, "N": 72, "K": 100, "R": 16}, {"BM": 16, "BN": 32, "stages": 3},
                                        {**_MISS, "K": "R"}),
+    # M dynamic (one compile for every M); NS = 2 leaves the second slice's last N tile wholly
+    # past N (guarded), threads = 256 and STAGE_C = 0 are the other layouts
+    "examples/miss_split.tk": Spec({"M": 40, "N": 72, "K": 100, "R": 16},
+                                   {"BM": 16, "BN": 32, "NS": 2, "STAGE_C": 1, "stages": 3},
+                                   {**_MISS, "K": "R"},
+                                   variants=({"NS": 1, "STAGE_C": 0}, {"NS": 3, "threads": 256})),
     "examples/miss_v3.tk": Spec({"M": 40, "N": 72, "K": 48, "R": 16}, {"BM": 16, "BN": 32, "stages": 3},
                                 _MISS, multiple_of={"K": "R"}),
     "examples/miss_mtile.tk": Spec({"M": 40, "N": 40, "K": 48, "R": 16}, {"BM": 16, "stages": 2},

@@ -61,8 +61,9 @@ def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
 
     from tkc.sparse import SparsePattern
 
-    artifact, jit = kernel.specialize(kernel.bind_dims(inputs))
-    env = artifact.module.env
+    dims = kernel.bind_dims(inputs)
+    artifact, jit = kernel.specialize(dims)
+    env = {**artifact.module.env, **{k: v for k, v in dims.items() if k in kernel.dynamic}}  # dynamic dims: this call's
     args = artifact.module.func.body.args
     sampled = kernel._sampled(artifact.module)
     extras, fill = [], {}
@@ -77,7 +78,7 @@ def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     zeroed = {op.operands[4].name for op in artifact.module.func.walk()  # a dense sampled output: the
               if op.name == "tile.sampled_gemm" and op.operands[4].type.rank == 2}  # runtime zero-fills it
     names = [p.name for p in kernel.inputs if p.dims is None]
-    check_runtime(artifact.module, dict(zip(names, values)))
+    check_runtime(artifact.module, {**env, **dict(zip(names, values))})
     check_indices(artifact.module, {a.name: t for a, t in zip(args, inputs)})
     device = inputs[0].device
     mutable = artifact.module.func.attrs.get("mutable", [])

@@ -83,7 +83,7 @@ def test_one_compile_serves_every_m(dynamic_kernels, target, m, seed):
     ref = _miss_ref(a, b)
     assert c.shape == (m, N) and c.dtype == torch.float16
     assert float((c.double() - ref).abs().max()) <= _tolerance(ref)
-    assert len(kernel._built) == 1  # every M so far went through the one specialization
+    assert kernel.specializations == 1  # every M so far went through the one specialization
 
 
 def test_dynamic_equals_static(tmp_path):
@@ -94,7 +94,7 @@ def test_dynamic_equals_static(tmp_path):
     for m in (BM + 3, 2 * BM):
         a, b = _inputs(m, m)
         assert torch.equal(dyn(a, b), static(a, b))
-    assert len(dyn._built) == 1 and len(static._built) == 2
+    assert dyn.specializations == 1 and static.specializations == 2
 
 
 def test_the_tile_pass_keeps_the_dim_and_guards_its_edge():
@@ -129,7 +129,7 @@ def test_dynamic_clause_in_the_file(tmp_path):
         x = torch.randn(m, 64, dtype=torch.float32) + 0.5
         y = kernel(x)
         torch.testing.assert_close(y.double(), x.double().sum(1, keepdim=True), rtol=1e-5, atol=1e-5)
-    assert len(kernel._built) == 1
+    assert kernel.specializations == 1
 
 
 def test_runtime_requires_on_a_dynamic_dim(tmp_path):

@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--dynamic", action="append", default=[], metavar="DIM",
                    help="leave this problem dim symbolic, as the kernel's `dynamic` clause does: one "
                    "compiled kernel serves every value (repeat for several)")
+    c.add_argument("--schedule", default="file", choices=("file", "model"),
+                   help="model: choose the schedule constants that -D leaves open from the kernel's `tune` "
+                   "space with the cost model (per bucket of the dynamic dims; --explain prints the choice)")
     c.add_argument("-o", dest="output", help="write the code here instead of stdout")
     c.add_argument("--explain", action="store_true",
                    help="print the passes' decisions and the estimates behind them (the sampled gemm's "
@@ -143,13 +146,17 @@ def _cache(args):
 def cmd_compile(args) -> int:
     from tkc import driver
 
-    artifact = driver.compile_file(args.file, args.target, dict(args.defines), _cache(args),
-                                   dynamic=tuple(args.dynamic))
+    defines = dict(args.defines)
+    model_lines = []
+    if args.schedule == "model":
+        defines, model_lines = _model_schedule(args.file, defines, tuple(args.dynamic))
+    artifact = driver.compile_file(args.file, args.target, defines, _cache(args), dynamic=tuple(args.dynamic))
     if args.explain:  # the code is still written with -o
         from passes.sparse_dispatch import explain
 
-        lines = explain(artifact.module)
-        print("\n".join(lines) if lines else f"{args.file}: no pass decisions to explain (no sampled gemm)")
+        lines = model_lines + explain(artifact.module)
+        print("\n".join(lines) if lines else f"{args.file}: no pass decisions to explain (no sampled gemm; "
+              "`--schedule model` explains the cost model's choice of constants)")
         if not args.output:
             return 0
     if not args.output:
@@ -157,6 +164,29 @@ def cmd_compile(args) -> int:
         return 0
     _write_atomic(args.output, artifact.source)
     return 0
+
+
+def _model_schedule(path: str, defines: dict[str, int], dynamic: tuple[str, ...]):
+    """(-D values plus the cost model's constants, --explain lines): tkc/schedule.py at the dims
+    of -D and `where`, at the bucket of a dynamic dim's `where` (or -D) value."""
+    from dsl.parser import parse
+    from tkc import schedule
+    from tkc.tune_search import resolve_dims
+
+    text = driver_read(path)
+    kernel = parse(text, path)
+    dims = resolve_dims(kernel, defines)
+    names = sorted(set(kernel.dynamic) | set(dynamic))
+    fixed = {k: v for k, v in defines.items() if k in kernel.consts}
+    chooser = schedule.Chooser(path, text, kernel, {k: v for k, v in dims.items() if k not in names}, fixed, dynamic)
+    choice = chooser.choose({n: dims[n] for n in names})
+    return {**defines, **choice.consts}, schedule.explain(chooser)
+
+
+def driver_read(path: str) -> str:
+    from tkc import driver
+
+    return driver.read_source(path)
 
 
 def _write_atomic(path: str, text: str) -> None:

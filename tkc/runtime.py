@@ -135,8 +135,10 @@ class Kernel:
     order) to get the outputs (one tensor, or a tuple for several)."""
 
     def __init__(self, path: str, target: str, consts: dict[str, int], cache: Cache | None = None,
-                 tune: bool = False, dynamic: tuple[str, ...] = ()):
+                 tune: bool = False, dynamic: tuple[str, ...] = (), schedule: str = "file"):
         self.path, self.target, self.consts, self.tune = path, target, dict(consts), tune
+        self.schedule = schedule  # "file": the constants' defaults; "model": tkc/schedule.py's choice
+        self._choices: dict[tuple, dict[int, dict[str, int]]] = {}  # static dims -> bucket -> constants
         self.extra_dynamic = tuple(dynamic)  # dims made dynamic by the caller (`tkc.compile(dynamic=)`)
         self.cache = cache or Cache()
         self.text = driver.read_source(path)
@@ -145,6 +147,11 @@ class Kernel:
             raise error(self.ast.loc, f"`tune=True` takes the schedule constants from `tkc tune`'s results; "
                         f"do not also pass {', '.join(sorted(consts))}",
                         "drop the keyword arguments, or drop `tune=True` to use them")
+        if schedule not in ("file", "model"):
+            raise error(self.ast.loc, f"unknown schedule `{schedule}`", "use \"file\" (the constants' defaults) or "
+                        "\"model\" (chosen by the cost model from the `tune` space)")
+        if tune and schedule == "model":
+            raise error(self.ast.loc, "`tune=True` and `schedule=\"model\"` both choose the constants", "keep one")
         if tune and target not in ("tilelang", "cuda"):
             raise error(self.ast.loc, f"`tune=True` needs a GPU target (tilelang or cuda), got `{target}`",
                         "`tkc tune` measures on the GPU only")
@@ -280,18 +287,43 @@ class Kernel:
         one-element device tensor (the reference interpreter takes their values instead)."""
         if self.target == INTERP:
             scalar_refs = ()
+        values = {k: v for k, v in dims.items() if k in self.dynamic}
         dims = {k: v for k, v in dims.items() if k not in self.dynamic}  # one compile serves every value of those
-        key = (tuple(sorted(dims.items())), tuple(sorted(scalar_refs)))
-        if key not in self._built:
-            overrides = {**self.consts_for(dims), **dims}
-            if self.target == INTERP:
-                module = driver.optimize(driver.frontend(self.path, overrides, dynamic=self.extra_dynamic), "tilelang")
-                self._built[key] = (_Interpreted(module), _interpreter(module))
-            else:
-                artifact = driver.compile_file(self.path, self.target, overrides, self.cache, scalar_refs,
-                                               self.extra_dynamic)
-                self._built[key] = (artifact, build(artifact, self.cache))
-        return self._built[key]
+        if self.schedule == "model":
+            consts = self._model_consts(dims, values, scalar_refs)
+        else:
+            consts = self.consts_for(dims)
+        self._compile_choice(dims, consts, scalar_refs)
+        return self._built[(tuple(sorted(dims.items())), tuple(sorted(scalar_refs)), tuple(sorted(consts.items())))]
+
+    def _model_consts(self, dims: dict[str, int], values: dict[str, int], scalar_refs) -> dict[str, int]:
+        """The constants the cost model picks at static `dims` for dynamic dims `values`
+        (tkc/schedule.py). The first call at some static dims chooses for every bucket of the
+        dynamic dims and compiles each distinct choice, so later calls at any value compile
+        nothing; the bucket is that of the first dynamic dim (sorted by name)."""
+        from tkc import schedule
+
+        key = tuple(sorted(dims.items()))
+        if key not in self._choices:
+            chooser = schedule.Chooser(self.path, self.text, self.ast, dims, self.consts, self.extra_dynamic)
+            self._choices[key] = {index: choice.consts for index, choice in chooser.buckets()}
+            for consts in {tuple(sorted(c.items())) for c in self._choices[key].values()}:
+                self._compile_choice(dims, dict(consts), scalar_refs)
+        names = sorted(self.dynamic)
+        return self._choices[key][schedule.bucket_of(values[names[0]]) if names and values else -1]
+
+    def _compile_choice(self, dims, consts, scalar_refs) -> None:
+        """Build one chosen configuration into `_built` (what `specialize` then finds)."""
+        key = (tuple(sorted(dims.items())), tuple(sorted(scalar_refs)), tuple(sorted(consts.items())))
+        if key in self._built:
+            return
+        overrides = {**consts, **dims}
+        if self.target == INTERP:
+            module = driver.optimize(driver.frontend(self.path, overrides, dynamic=self.extra_dynamic), "tilelang")
+            self._built[key] = (_Interpreted(module), _interpreter(module))
+        else:
+            artifact = driver.compile_file(self.path, self.target, overrides, self.cache, scalar_refs, self.extra_dynamic)
+            self._built[key] = (artifact, build(artifact, self.cache))
 
     def __call__(self, *tensors):
         """Run on `tensors` (torch tensors, or numpy arrays, which are converted: to the GPU for the
@@ -451,6 +483,12 @@ class Kernel:
         return pattern_at, b_at, bm, bn, int(op.attrs.get("dot_below", 0))
 
     @property
+    def specializations(self) -> int:
+        """How many kernels this Kernel has compiled (one per distinct set of static dims and
+        constants: dynamic dims add none; `schedule="model"` one per distinct bucket choice)."""
+        return len(self._built)
+
+    @property
     def n_mutable(self) -> int:
         return sum(p.mutable for p in self.ast.outputs)
 
@@ -514,7 +552,7 @@ def check_indices(module, tensors: dict, bounds: dict | None = None) -> None:
 
 
 def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, tune: bool = False,
-            dynamic: tuple[str, ...] = (), **consts: int) -> Kernel:
+            dynamic: tuple[str, ...] = (), schedule: str = "file", **consts: int) -> Kernel:
     """Compile the .tk kernel at `path` for `target` ("tilelang" on a GPU, "tilelang-cpu" on the
     CPU, "interp" for the reference interpreter) with schedule constants `consts` (e.g. BM=128)
     overriding the file's defaults. With `tune=True` (GPU targets only, no `consts`) the
@@ -526,6 +564,10 @@ def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, t
     clause (e.g. `dynamic=("M",)`): calls at any value of them share one compiled kernel (not
     on `target="cuda"`, which specializes on every dim: TkError at the first call).
 
+    `schedule="model"` picks the schedule constants that `consts` leave open from the kernel's
+    `tune` space with the cost model (tkc/schedule.py, passes/cost_model.py), per shape, or per
+    bucket of the dynamic dims (every bucket's choice is compiled at the first call).
+
     Returns a callable on torch tensors (numpy arrays are converted) that allocates and returns
     the outputs. Raises dsl.diagnostics.TkError for user errors, here already for an unknown
     target, a keyword that is not a schedule constant of the kernel (a problem dim given as a
@@ -534,4 +576,4 @@ def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, t
     """
     if target not in LAUNCH_TARGETS:
         raise error(Loc(path, 0, 0), f"target `{target}` cannot be launched", f"use one of {', '.join(LAUNCH_TARGETS)}")
-    return Kernel(path, target, consts, Cache(cache_dir) if cache_dir else None, tune, tuple(dynamic))
+    return Kernel(path, target, consts, Cache(cache_dir) if cache_dir else None, tune, tuple(dynamic), schedule)
