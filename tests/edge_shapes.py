@@ -44,10 +44,11 @@ SPECS: dict[str, Spec] = {
                              # per lane after a quad transpose (codegen/cuda_gemm.py wide_store_out)
                              variants=({"BN": 128},)),
     # PEFT's MiSS adapter plus the base output (tkc.integrations.peft): miss.tk's tiling, any K
+    # (miss_split.tk's decompositions: the variants split N and stage the stores)
     "examples/peft_miss.tk": Spec({"M": 40, "N": 72, "K": 100, "R": 16}, {"BM": 16, "BN": 32, "stages": 3},
-                                  {**_MISS, "K": "R"}),
+                                  {**_MISS, "K": "R"}, variants=({"NS": 2, "STAGE_C": 1},)),
     "examples/peft_miss_bf16.tk": Spec({"M": 40, "N": 72, "K": 100, "R": 16}, {"BM": 16, "BN": 32, "stages": 3},
-                                       {**_MISS, "K": "R"}),
+                                       {**_MISS, "K": "R"}, variants=({"NS": 3, "STAGE_C": 1},)),
     # M dynamic (one compile for every M); NS = 2 leaves the second slice's last N tile wholly
     # past N (guarded), threads = 256 and STAGE_C = 0 are the other layouts
     "examples/miss_split.tk": Spec({"M": 40, "N": 72, "K": 100, "R": 16},

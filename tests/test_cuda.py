@@ -39,6 +39,10 @@ FILES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.tk"))) + sorted(
 SDDMM = [(p, {}) for p in FILES if "tiles(" in open(p, encoding="utf-8").read()]
 SDDMM.append((os.path.join(ROOT, "examples", "sddmm.tk"), {"K": 13, "N": 91}))
 FILES = [p for p in FILES if "tiles(" not in open(p, encoding="utf-8").read()]
+# a kernel with dynamic dims (issue 13): `cuda` specializes on every dim and rejects it (checked
+# below); its static form (the `dynamic` clause dropped) goes through nvcc with the others
+DYNAMIC = [p for p in FILES if re.search(r"^\s*dynamic\s", open(p, encoding="utf-8").read(), re.M)]
+FILES = [p for p in FILES if p not in DYNAMIC]
 IDS = [os.path.relpath(p, ROOT) for p in FILES]
 NVCC = cuda_runtime.nvcc_path()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
@@ -98,8 +102,20 @@ def dtype_mix(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def generated(dtype_mix):
-    gen = {path: generate(path) for path in FILES + [dtype_mix]}
+def static_forms(tmp_path_factory) -> list[str]:
+    """The DYNAMIC examples with their `dynamic` clause dropped (every dim specialized)."""
+    folder = tmp_path_factory.mktemp("static")
+    out = []
+    for path in DYNAMIC:
+        static = folder / os.path.basename(path)
+        static.write_text(re.sub(r"^\s*dynamic\s[^\n]*\n", "", open(path, encoding="utf-8").read(), flags=re.M))
+        out.append(str(static))
+    return out
+
+
+@pytest.fixture(scope="module")
+def generated(dtype_mix, static_forms):
+    gen = {path: generate(path) for path in FILES + [dtype_mix] + static_forms}
     gen.update({_sddmm_key(path, d): generate(path, **d) for path, d in SDDMM})
     return gen
 
@@ -114,6 +130,17 @@ def compiled(generated, tmp_path_factory):
         pytest.skip("nvcc is not installed")
     folder = str(tmp_path_factory.mktemp("cuda"))
     return nvcc_all({path: src for path, (_, src) in generated.items()}, folder)
+
+
+@needs_nvcc
+def test_dynamic_dims_are_rejected_and_their_static_forms_compile(compiled, generated, static_forms):
+    assert DYNAMIC, "examples/miss_split.tk has a `dynamic` clause"
+    for path in DYNAMIC:
+        with pytest.raises(TkError, match="target `cuda` specializes on every dim; it cannot compile dynamic"):
+            generate(path)
+    for path in static_forms:
+        proc = compiled[path]
+        assert proc.returncode == 0 and "warning" not in proc.stderr, (path, proc.stderr[-3000:])
 
 
 @needs_nvcc

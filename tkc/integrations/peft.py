@@ -41,14 +41,13 @@ PEFT keeps adapter weights in f32 by default (`get_peft_model(..., autocast_adap
 so an f16 model's layers stay on PEFT's forward until the model is cast after wrapping
 (`model.half()`); `enable` warns about such layers.
 
-The kernel is compiled per (dtype, target, cache dir), process-wide, and, like every tkc Kernel,
-specialized per set of dims (M, K, N, R): on the GPU targets each new shape compiles once (seconds;
-then it is in tkc's on-disk cache). A switched layer can be captured in a CUDA graph;
-torch.compile does not trace through it. Speed (H100, 2026-11-25, CUDA-graph replay, a 4096 x 4096
-f16 layer, r = 64): the fused kernel beats `F.linear` + examples/miss.tk + an add at M = 1 and
-2048 (44.5 vs 45.6 us, 130 vs 136 us; not at M = 256, 57 vs 52 us), but not yet PEFT's own
-forward (35, 39, 126 us): miss.tk's tiling moves less of the bandwidth than torch
-(docs/PERFORMANCE.md, MiSS).
+The kernel is compiled per (dtype, target, cache dir), process-wide. On `tilelang` M is a
+dynamic dim and the cost model picks the decomposition per M bucket (`schedule="model"`,
+tkc/schedule.py): the first call compiles every bucket's choice (seconds each, then tkc's
+on-disk cache has them) and later calls at any token count compile nothing; `cuda` specializes
+per shape; the CPU targets keep the file's constants with M dynamic. A switched layer can be
+captured in a CUDA graph; torch.compile does not trace through it. Speed: docs/PERFORMANCE.md
+("PEFT MiSS layer"), measured with benchmarks/peft_miss.py.
 """
 
 from __future__ import annotations
@@ -104,8 +103,13 @@ def kernel_for(dtype, target: str, cache_dir: str | None = None):
         raise ValueError(f"no tkc MiSS kernel for {dtype}; the kernels are f16 and bf16")
     key = (name, target, cache_dir)
     if key not in _KERNELS:
+        # Token counts change at nearly every call: M is dynamic (one compile for every M) where
+        # the target allows it (`cuda` specializes on every dim), and on the GPU the cost model
+        # picks the decomposition per M bucket (tkc/schedule.py; every bucket compiles at the
+        # first call); the CPU targets keep the file's constants (fewer C compiles).
         _KERNELS[key] = tkc.compile(os.path.join(ROOT, "examples", KERNEL_FILES[name]), target=target,
-                                    cache_dir=cache_dir)
+                                    cache_dir=cache_dir, dynamic=() if target == "cuda" else ("M",),
+                                    schedule="model" if target in GPU_TARGETS else "file")
     return _KERNELS[key]
 
 
