@@ -205,3 +205,27 @@ def test_index_tensor_values_are_checked_at_launch(tmp_path):
         with pytest.raises(TkError) as info:
             kernel(table, torch.tensor([0, bad, 7], dtype=torch.int32))
         assert f"index tensor `ids` holds {bad}, outside [0, 50)" in info.value.render()
+
+
+def test_plain_kernels_take_the_short_path_and_keep_their_checks(tmp_path):
+    """A kernel of dense tensors only, called again at a seen signature, skips the per-call
+    bookkeeping (Kernel._plain) and still computes the right values; a call at another dtype,
+    rank or a numpy array goes through the full path and its checks."""
+    path = tmp_path / "addk.tk"
+    path.write_text(SHARED_DIM)
+    kernel = tkc.compile(str(path), target="tilelang-cpu", cache_dir=str(tmp_path / "c"))
+    a, b = rand(32, 8, seed=1), rand(32, 8, seed=2)
+    want = a.double() + b.double()
+    first = kernel(a, b)
+    assert len(kernel._plain) == 1
+    calls = []
+    jit, outs, device = next(iter(kernel._plain.values()))
+    kernel._plain[next(iter(kernel._plain))] = (lambda *t: calls.append(t) or jit(*t), outs, device)
+    again = kernel(a, b.t().contiguous().t())  # non-contiguous: copied before the launch
+    assert len(calls) == 1 and torch.equal(first, again)
+    torch.testing.assert_close(again.double(), want, rtol=1e-3, atol=1e-3)
+    with pytest.raises(TkError, match="is f16, but the tensor is torch.float32"):
+        kernel(a.float(), b)
+    with pytest.raises(TkError, match="has rank 2"):
+        kernel(a[0], b)
+    assert torch.equal(kernel(a.numpy(), b), first) and len(calls) == 1

@@ -157,6 +157,12 @@ class Kernel:
                         "`tkc tune` measures on the GPU only")
         self._built: dict[tuple, tuple] = {}
         self._fast: dict[tuple, tuple] = {}  # input signature -> what a call needs (see __call__)
+        # Kernels whose inputs are all dense tensors (no runtime scalar, sparse pattern or `mut`
+        # output) take a shorter path once a signature was seen: nothing is checked per call
+        # unless the kernel has runtime `requires` or index tensors (those stay on the full path).
+        self._plain: dict[tuple, tuple] = {}
+        self._plain_ok = all(p.dims is not None and p.dtype not in SPARSE_FORMATS for p in self.ast.inputs) and not any(
+            p.mutable for p in self.ast.outputs)
         # A sampled gemm's split (SDDMM): tiles with fewer entries than this are dot products, the
         # rest tensor-core tiles. None: the `sparse-dispatch` pass's choice (`tkc compile
         # --explain`); 0 forces tensor cores everywhere, a number above BM * BN dot products
@@ -342,6 +348,16 @@ class Kernel:
         tensor costs a host sync; see `assume_valid` for CUDA-graph capture)."""
         import torch
 
+        try:
+            plain = self._plain.get(tuple((t.shape, t.dtype, t.device) for t in tensors)) if self._plain else None
+        except AttributeError:  # not a torch tensor: the full path converts it or reports it
+            plain = None
+        if plain is not None:  # dense tensors only, nothing to check per call: allocate and launch
+            jit, outs, device = plain
+            outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outs]
+            jit(*[t if t.is_contiguous() else t.contiguous() for t in tensors], *outputs)
+            return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
         from tkc.sparse import SparsePattern
 
         key = None
@@ -380,6 +396,10 @@ class Kernel:
             fast = (module, jit, outs, scalar_names, runtime, indexed, self._sampled(module), dynamic)
             if key is not None:
                 self._fast[key] = fast
+                if (self._plain_ok and not runtime and not indexed and fast[6] is None and not any(z for _, _, z in outs)
+                        and self.target != INTERP):
+                    self._plain[tuple((t.shape, t.dtype, t.device) for t in tensors)] = (
+                        jit, [(shape, dtype) for shape, dtype, _ in outs], tensors[0].device)
         else:
             tensors = tuple(self._as_tensor(t, i) if p.dims is None or p.dtype in SPARSE_FORMATS else t
                             for i, (p, t) in enumerate(zip(self.inputs, tensors)))
