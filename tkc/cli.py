@@ -78,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--dynamic", action="append", default=[], metavar="DIM",
                    help="leave this problem dim symbolic (as the kernel's `dynamic` clause)")
     o.add_argument("--print-ir-after-all", action="store_true")
+    o.add_argument("--verify-diagnostics", action="store_true",
+                   help="check the diagnostics against the file's `# expected-error {{...}}` annotations "
+                   "(exit 0 when they match; docs/LANGUAGE.md, Diagnostics)")
+    o.add_argument("--split-input-file", action="store_true",
+                   help="with --verify-diagnostics: compile each piece between `# -----` lines on its own")
 
     t = sub.add_parser("tune", help="search the schedule constants for the fastest configuration on this GPU")
     t.add_argument("file")
@@ -211,9 +216,20 @@ def cmd_opt(args) -> int:
     from passes.manager import parse_pipeline, run_pipeline
     from tkc import driver
 
-    # --print-ir-after-all without -p: the default pipeline (the one `compile` runs)
-    spec = args.pipeline or (driver.default_pipeline("tilelang") if args.print_ir_after_all else "")
+    # --print-ir-after-all or --verify-diagnostics without -p: the default pipeline (the one
+    # `compile` runs)
+    whole = args.print_ir_after_all or args.verify_diagnostics
+    spec = args.pipeline or (driver.default_pipeline("tilelang") if whole else "")
     passes = parse_pipeline(spec)
+    if args.verify_diagnostics:
+        from tkc.verify_diagnostics import verify
+
+        text = driver.read_source(args.file)
+        problems = verify(args.file, text, lambda piece: run_pipeline(
+            driver.frontend(args.file, dict(args.defines), piece, tuple(args.dynamic)), passes), args.split_input_file)
+        for d in problems:
+            print(d.render({args.file: text}), file=sys.stderr)
+        return 1 if problems else 0
     module = driver.frontend(args.file, dict(args.defines), dynamic=tuple(args.dynamic))
 
     def show(name, m):

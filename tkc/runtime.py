@@ -300,7 +300,7 @@ class Kernel:
         else:
             consts = self.consts_for(dims)
         self._compile_choice(dims, consts, scalar_refs)
-        return self._built[(tuple(sorted(dims.items())), tuple(sorted(scalar_refs)), tuple(sorted(consts.items())))]
+        return self._built[_built_key(dims, scalar_refs, consts)]
 
     def _model_consts(self, dims: dict[str, int], values: dict[str, int], scalar_refs) -> dict[str, int]:
         """The constants the cost model picks at static `dims` for dynamic dims `values`
@@ -320,7 +320,7 @@ class Kernel:
 
     def _compile_choice(self, dims, consts, scalar_refs) -> None:
         """Build one chosen configuration into `_built` (what `specialize` then finds)."""
-        key = (tuple(sorted(dims.items())), tuple(sorted(scalar_refs)), tuple(sorted(consts.items())))
+        key = _built_key(dims, scalar_refs, consts)
         if key in self._built:
             return
         overrides = {**consts, **dims}
@@ -517,6 +517,12 @@ class Kernel:
         from tkc import torch_op
 
         return torch_op.register(self, name, **options)
+
+
+def _built_key(dims: dict[str, int], scalar_refs, consts: dict[str, int]) -> tuple:
+    """A compiled kernel's key in Kernel._built: its static dims, the runtime scalars it reads
+    from device tensors (another form of the kernel) and its schedule constants."""
+    return (tuple(sorted(dims.items())), tuple(sorted(scalar_refs)), tuple(sorted(consts.items())))
 
 
 _assumed = contextvars.ContextVar("tkc_assume_valid", default=False)
