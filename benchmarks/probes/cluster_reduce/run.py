@@ -2,7 +2,7 @@
 repository root: `python3 benchmarks/probes/cluster_reduce/run.py DIR [NAME-FILTER ...]` times every
 DIR/[cvwxy]*.cu (each with a `// tkc-launch:` header, launched through tkc.cuda_runtime) on
 2112 blocks x 16384 f16 (1056 2-block clusters), checks it against torch, and prints a table.
-The gen*.py scripts write the .cu files into the current directory; see README.md."""
+The generator scripts (every other .py here but ab.py, sweep.py and ncu_launch.py) write the .cu files into the current directory; see README.md."""
 import glob, os, sys, statistics
 sys.path.insert(0, "benchmarks"); sys.path.insert(0, ".")
 import torch

@@ -3,7 +3,7 @@ import json
 import os
 B, N = 2112, 16384
 H = N // 2
-HEAD = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen2.py")).read().split("HEAD = r'''")[1].split("'''")[0]
+HEAD = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tma_bulk.py")).read().split("HEAD = r'''")[1].split("'''")[0]
 # "half": X loaded through const __restrict__ (ld.global.nc, which ptxas sinks below the barrier
 # wait); "plain": a plain pointer, so the loads stay ahead of the barrier (see README.md).
 FORMS = {"half": ("const __half* __restrict__ X", "wait_();"),

@@ -1,7 +1,7 @@
 """The compiler's DSMEM example (cp.async own half, pushed peer half) with the data cluster barrier
 replaced by `st.async` + an mbarrier in the receiving block: the receiver waits for the 16 KiB its
 peer stores (complete_tx bytes), the sender does not wait at all, and no MEMBAR.ALL.GPU is issued.
-Run from the repository root: `python3 benchmarks/probes/cluster_reduce/gen10.py DIR`. Writes
+Run from the repository root: `python3 benchmarks/probes/cluster_reduce/st_async_signal.py DIR`. Writes
 x_now_T.cu (the example as compiled), x_sta_T.cu (the st.async form) for T in 128/256, and
 x_hbm_1024.cu. Session 4 (2026-11-21). It patches the compiler's output as of ca80002, before the
 compiler emitted this form itself (codegen/cuda_signal.py): run it in a checkout of that commit

@@ -2,7 +2,7 @@
 import json
 import os
 TOTAL = 2112 * 16384 * 2  # bytes per direction
-HEAD = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen2.py")).read().split("HEAD = r'''")[1].split("'''")[0]
+HEAD = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tma_bulk.py")).read().split("HEAD = r'''")[1].split("'''")[0]
 for T in (128, 256, 512, 1024):
     for W in (1, 2, 4, 8):
         grid = TOTAL // (T * W * 16)

@@ -3,7 +3,7 @@ reads its own half straight from global memory (`T = X[own half] + P`): 16 KiB o
 and few registers per block, so more blocks per SM, at the cost of a second global read after
 the barrier. Variant `pf`: the block first asks for its own half in L2 with one
 `cp.async.bulk.prefetch.L2.global` (sm_90), so the read after the barrier hits L2.
-Run from the repository root: `python3 benchmarks/probes/cluster_reduce/gen9.py DIR`."""
+Run from the repository root: `python3 benchmarks/probes/cluster_reduce/own_half_from_global.py DIR`."""
 import os, subprocess, sys
 
 out = sys.argv[1] if len(sys.argv) > 1 else ".device/exp4"

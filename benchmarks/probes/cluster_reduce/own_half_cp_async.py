@@ -1,5 +1,5 @@
 """Own half staged in shared memory (frees registers, so more blocks fit per SM).
-Run from the repository root: `python3 benchmarks/probes/cluster_reduce/gen8.py DIR`. Writes, for
+Run from the repository root: `python3 benchmarks/probes/cluster_reduce/own_half_cp_async.py DIR`. Writes, for
 T in 128/256/512: x_sA_T.cu (the compiler's output for `A = shared(X[...])`: ld.global + st.shared
 through registers) and x_cpA_T.cu (the same with cp.async for A, waited on just before the add),
 plus x_now_T.cu (examples/cluster_reduce_dsmem.tk as it is) and x_hbm_1024.cu."""

@@ -1,7 +1,7 @@
 """The peer's half loaded by TMA straight into the peer's shared memory (session 4, probe).
 Run from the repository root after compiling the example:
 `tkc compile --target cuda -D B=2112 examples/cluster_reduce_dsmem.tk -o DIR/x_new_128.cu`, then
-`python3 benchmarks/probes/cluster_reduce/gen11.py DIR [T ...]` (x_new_T.cu for each T). From that file it writes
+`python3 benchmarks/probes/cluster_reduce/tma_peer_half.py DIR [T ...]` (x_new_T.cu for each T). From that file it writes
 - x_tma_128.cu: thread 0 issues `cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`
   of the other half (16 KiB) into the peer's P, counted on the peer's mbarrier, after the start
   barrier; no registers, no st.async: DRAM -> the peer's shared memory, the same one hop as the
