@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -112,3 +116,54 @@ def test_emit_keys_by_target_and_ir(tmp_path):
     assert "T.alloc_local" in cpu.source and "T.alloc_fragment" in gpu.source
     other = driver.emit(_final_module("miss_v3", M=256, N=128, K=128, R=32), "tilelang", cache)
     assert other.key != gpu.key and not other.cached
+
+
+def _compile_cmd(cache_dir: str) -> list[str]:
+    return [sys.executable, "-m", "tkc.cli", "--cache-dir", cache_dir, "compile",
+            os.path.join(ROOT, "examples", "miss_v3.tk"), "--target", "tilelang", "-D", "M=256"]
+
+
+def _entries_all_valid(root: str) -> int:
+    """Every entry directory under `root` reads back whole (Cache.get re-hashes its files)."""
+    cache, n = Cache(root), 0
+    for shard in os.listdir(root):
+        folder = os.path.join(root, shard)
+        if len(shard) != 2 or not os.path.isdir(folder):
+            continue
+        for key in os.listdir(folder):
+            if len(key) == 64 or key.startswith("src-"):  # not a writer's temporary directory
+                assert cache.get(key) is not None, f"entry {key} does not read back"
+                n += 1
+    return n
+
+
+def test_concurrent_compiles_of_one_kernel_leave_a_correct_cache(tmp_path):
+    """Issue 14, item 7: four processes compile the same kernel into one cache at once; each
+    prints the same code, and every entry they leave reads back whole."""
+    root = str(tmp_path / "cache")
+    procs = [subprocess.Popen(_compile_cmd(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+             for _ in range(4)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    assert len({out for out, _ in outs}) == 1 and "T.prim_func" in outs[0][0]
+    assert _entries_all_valid(root) >= 2  # the source index and the code
+    again = subprocess.run(_compile_cmd(root), capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert again.returncode == 0 and again.stdout == outs[0][0]
+
+
+@pytest.mark.parametrize("after_s", [0.3, 0.9, 1.5])
+def test_a_compile_killed_half_way_leaves_a_correct_cache(tmp_path, after_s):
+    """A compile killed at some point (SIGKILL: no cleanup runs) leaves at most a writer's
+    temporary directory, never a partial entry: the next compile succeeds with the right code."""
+    root = str(tmp_path / "cache")
+    clean = subprocess.run(_compile_cmd(str(tmp_path / "clean")), capture_output=True, text=True, cwd=ROOT,
+                           timeout=300)
+    victim = subprocess.Popen(_compile_cmd(root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    time.sleep(after_s)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=60)
+    if os.path.isdir(root):
+        _entries_all_valid(root)
+    after = subprocess.run(_compile_cmd(root), capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert after.returncode == 0 and after.stdout == clean.stdout
+    _entries_all_valid(root)
