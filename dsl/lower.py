@@ -33,7 +33,13 @@ def lower(kernel: A.Kernel, source: str = "", overrides: dict[str, int] | None =
     """
     for name in dynamic:
         kernel.dynamic.setdefault(name, kernel.loc)
-    return _Lowerer(kernel, source, dict(overrides or {})).run()
+    try:
+        return _Lowerer(kernel, source, dict(overrides or {})).run()
+    except exprs.ExprError as exc:  # outside any statement (the signature, a grid): at the kernel
+        raise error(kernel.loc, f"cannot evaluate an index expression of `{kernel.name}`: {exc}", _ZERO_NOTE) from None
+
+
+_ZERO_NOTE = "a dim or schedule constant it divides by is 0 here; give it another value (`-D`)"
 
 
 def tensor_dims(kernel: A.Kernel) -> dict[str, Loc]:
@@ -195,7 +201,11 @@ class _Lowerer(ExprLowerer):
                 continue
             e = self.index(cond, allow_vars=False)
             body.ops.append(O.RequireOp(attrs={"cond": exprs.to_str(e)}, loc=cond.loc))
-            if not exprs.evaluate(e, self.env):
+            try:
+                holds = exprs.evaluate(e, self.env)
+            except exprs.ExprError as exc:
+                raise error(cond.loc, f"cannot evaluate `{exprs.to_str(e)}`: {exc}", _ZERO_NOTE) from None
+            if not holds:
                 vals = ", ".join(f"{n} = {self.env[n]}" for n in sorted(exprs.names(e)))
                 raise error(cond.loc, f"requirement `{exprs.to_str(e)}` does not hold", f"with {vals}")
         self.region = body
@@ -326,6 +336,8 @@ class _Lowerer(ExprLowerer):
             self._stmt(s)
         except RecursionError:  # the innermost statement that overflowed reports it
             raise error(s.loc, TOO_DEEP, TOO_DEEP_NOTE) from None
+        except exprs.ExprError as exc:  # an index expression the values make undefined (x / 0)
+            raise error(s.loc, f"cannot evaluate an index expression of this statement: {exc}", _ZERO_NOTE) from None
 
     def _stmt(self, s: A.Stmt) -> None:
         self.fresh = set()

@@ -29,7 +29,7 @@ from dsl.ir import Module, Op
 from dsl.ops import dynamic_dims
 from passes.options import options_from
 
-MAX_STORES = 200_000  # store executions enumerated per kernel before the check gives up
+MAX_STORES = 200_000  # store executions and loop trips enumerated per kernel before the check gives up
 MAX_ELEMENTS = 1 << 28  # elements of one output's bitmap
 
 
@@ -129,19 +129,33 @@ def _launch(op: Op, env: dict[str, int], written, stores, budget) -> None:
     extents = [exprs.evaluate(exprs.parse(g), env) for g in op.attrs["grid"]]
     csize = [exprs.evaluate(exprs.parse(c), env) for c in op.attrs.get("cluster", ["1"] * len(extents))]
     ranks = op.attrs.get("ranks", [])
+    loops = {id(inner) for inner in op.walk() if inner.name == "tile.for" and _stores_into(inner, written)}
     for point in itertools.product(*(range(n) for n in extents)):
+        budget[0] -= 1  # blocks count too
+        if budget[0] < 0:
+            raise _TooLarge
         scope = {**env, **dict(zip(op.attrs["vars"], point))}
         scope.update(zip(ranks, (p % c for p, c in zip(point, csize))))
-        _region(op.body.ops, scope, written, stores, budget)
+        _region(op.body.ops, scope, written, stores, budget, loops)
 
 
-def _region(ops: list[Op], env: dict[str, int], written, stores, budget) -> None:
+def _stores_into(op: Op, written) -> bool:
+    """Whether `op` (a loop) holds a store into one of the outputs being checked."""
+    return any(inner.name == "tile.copy" and id(inner.operands[1]) in written for inner in op.walk())
+
+
+def _region(ops: list[Op], env: dict[str, int], written, stores, budget, loops: set[int]) -> None:
     for op in ops:
         if op.name == "tile.for":
+            if id(op) not in loops:  # no store inside (a reduction over K, say): nothing to enumerate
+                continue
             lo = exprs.evaluate(exprs.parse(op.attrs["lo"]), env)
             hi = exprs.evaluate(exprs.parse(op.attrs["hi"]), env)
             for i in range(lo, hi):
-                _region(op.body.ops, {**env, op.attrs["var"]: i}, written, stores, budget)
+                budget[0] -= 1  # every trip counts, stores or not: the enumeration stays bounded
+                if budget[0] < 0:
+                    raise _TooLarge
+                _region(op.body.ops, {**env, op.attrs["var"]: i}, written, stores, budget, loops)
         elif op.name == "tile.copy" and op.operands[1].type.space == "global" and id(op.operands[1]) in written:
             budget[0] -= 1
             if budget[0] < 0:
@@ -161,4 +175,4 @@ def _region(ops: list[Op], env: dict[str, int], written, stores, budget) -> None
             bitmap[tuple(window)] = True
         else:
             for region in op.regions:
-                _region(region.ops, env, written, stores, budget)
+                _region(region.ops, env, written, stores, budget, loops)

@@ -11,6 +11,7 @@ import copy
 import re
 from typing import Callable
 
+from dsl import exprs
 from dsl.diagnostics import Loc, TkError, error
 from dsl.ir import Module
 from dsl.verifier import verify
@@ -67,7 +68,11 @@ def run_pipeline(module: Module, passes: list, after_pass: Callable[[str, Module
     called after every pass (how `--print-ir-after-all` prints)."""
     module = copy.deepcopy(module)
     for p in passes:
-        module = p.run(module)
+        try:
+            module = p.run(module)
+        except exprs.ExprError as exc:  # an index expression a pass cannot evaluate: the user's values
+            raise error(module.func.loc, f"pass `{p.name}` cannot evaluate an index expression: {exc}",
+                        "a dim or schedule constant is 0 where it divides, or too large; check the `-D` values") from None
         verify(module, f"after pass `{p.name}`")
         if after_pass is not None:
             after_pass(p.name, module)

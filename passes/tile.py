@@ -82,7 +82,16 @@ class TilePass:
 
 
 def _bind(op: Op, env: dict[str, int], ranges: dict[str, tuple[int, int]]) -> None:
-    """Substitute `env` into `op` (and nested ops); `ranges` bounds the indices in scope."""
+    """Substitute `env` into `op` (and nested ops); `ranges` bounds the indices in scope. An
+    expression that cannot be evaluated (a division by a constant that is 0) is a located error."""
+    try:
+        _bind_one(op, env, ranges)
+    except exprs.ExprError as exc:
+        raise error(op.loc, f"cannot evaluate this statement's index expressions with the kernel's values: {exc}",
+                    "a dim or schedule constant it divides by is 0; give it another value (`-D`)") from None
+
+
+def _bind_one(op: Op, env: dict[str, int], ranges: dict[str, tuple[int, int]]) -> None:
     for key in EXPR_ATTRS:
         value = op.attrs.get(key)
         if isinstance(value, list):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import tempfile
 
 import pytest
 
@@ -237,3 +238,24 @@ def test_cli_cache_dir(capsys, tmp_path):
     assert _corrupt_every_file_named(str(tmp_path), "kernel.py") == 1
     rc, second, _ = cli(capsys, *args)
     assert rc == 0 and second == first
+
+
+def test_an_internal_error_exits_2_and_writes_a_reproducer(tmp_path, monkeypatch, capsys):
+    """Issue 14, item 2: an internal error (here a backend that raises) says it is tkc's bug, how
+    to report it, and leaves a reproducer: the command, the input file and the traceback."""
+    from codegen import tilelang
+
+    def broken(module):
+        raise RuntimeError("simulated backend bug")
+
+    monkeypatch.setattr(tilelang, "emit", broken)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    path = os.path.join(ROOT, "examples", "miss.tk")
+    assert main(["--cache-dir", str(tmp_path / "c"), "compile", path, "-D", "N=256"]) == 2
+    err = capsys.readouterr().err
+    assert "tkc: internal compiler error: RuntimeError: simulated backend bug" in err
+    folder = re.search(r"a reproducer is in (\S+) ", err).group(1)
+    assert folder.startswith(str(tmp_path))
+    assert open(os.path.join(folder, "command.txt")).read() == f"tkc --cache-dir {tmp_path / 'c'} compile {path} -D N=256\n"
+    assert open(os.path.join(folder, "miss.tk")).read() == open(path).read()
+    assert "simulated backend bug" in open(os.path.join(folder, "traceback.txt")).read()

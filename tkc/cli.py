@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import shutil
 import tempfile
 import traceback
 
@@ -139,7 +140,31 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print("note: this is a bug in tkc, not in your program; rerun with --debug for a traceback",
                   file=sys.stderr)
+        folder = _reproducer(argv if argv is not None else sys.argv[1:], getattr(args, "file", None)
+                             or getattr(args, "model", None))
+        if folder:
+            print(f"note: a reproducer is in {folder} (the command, the input and the traceback): attach it to a "
+                  "bug report for tkc", file=sys.stderr)
         return 2
+
+
+def _reproducer(argv: list[str], path: str | None) -> str | None:
+    """Write an internal error's reproducer: the command line, a copy of the input file (a .tk or
+    .tkir up to 1 MiB) and the traceback, into a new folder under the temporary directory; None
+    when it cannot be written."""
+    import shlex
+
+    try:
+        folder = tempfile.mkdtemp(prefix="tkc-crash-")
+        with open(os.path.join(folder, "command.txt"), "w", encoding="utf-8") as f:
+            f.write("tkc " + shlex.join(argv) + "\n")
+        with open(os.path.join(folder, "traceback.txt"), "w", encoding="utf-8") as f:
+            f.write(traceback.format_exc())
+        if path and path.endswith((".tk", ".tkir")) and os.path.isfile(path) and os.path.getsize(path) <= 1 << 20:
+            shutil.copy(path, os.path.join(folder, os.path.basename(path)))
+        return folder
+    except OSError:
+        return None
 
 
 def _cache(args):
