@@ -72,7 +72,7 @@ def run(module: Module, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     Raises ValueError when an input is missing or has the wrong shape, or a requirement fails.
     """
-    from dsl.ops import dynamic_dims, index_tensors, scalars
+    from dsl.ops import dynamic_dims, dynamic_values, index_tensors, scalars
 
     env = dict(module.env)
     for name, _, _ in scalars(module.func):
@@ -80,12 +80,10 @@ def run(module: Module, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             raise ValueError(f"missing runtime scalar `{name}`")
         env[name] = int(inputs[name])
     args = module.func.body.args
-    for name in dynamic_dims(module.func):  # `dynamic M`: the first input whose shape names it
-        at = next(((a.name, k) for a in args if a.name in inputs for k, d in enumerate(a.type.shape)
-                   if d == exprs.Sym(name)), None)
-        if at is None:
+    env.update(dynamic_values(module.func, {n: np.shape(x) for n, x in inputs.items()}))  # `dynamic M`
+    for name in dynamic_dims(module.func):
+        if name not in env:
             raise ValueError(f"no input binds dynamic dim `{name}`")
-        env[name] = int(np.shape(inputs[at[0]])[at[1]])
     outs = set(module.func.attrs.get("outputs", []))
     arrays: dict[int, np.ndarray] = {}
     # a dense sampled-gemm output is 0 off the pattern (tiles without an entry are never visited)

@@ -484,6 +484,19 @@ def dynamic_dims(func: Op) -> dict[str, int]:
     return dict(func.attrs.get("dynamic", {}))
 
 
+def dynamic_values(func: Op, shapes: dict) -> dict[str, int]:
+    """Each dynamic dim's value at a call: the extent of the first argument (name -> shape in
+    `shapes`) whose type names it; dims no given argument names are left out."""
+    out = {}
+    for name in dynamic_dims(func):
+        for a in func.body.args:
+            at = [k for k, d in enumerate(a.type.shape) if d == exprs.Sym(name)]
+            if at and shapes.get(a.name) is not None:
+                out[name] = int(shapes[a.name][at[0]])
+                break
+    return out
+
+
 def scalar_refs(func: Op) -> set[str]:
     """The runtime scalars read through a one-element device tensor (`scalar_refs`)."""
     return set(func.attrs.get("scalar_refs", []))

@@ -200,10 +200,10 @@ def _model_schedule(path: str, defines: dict[str, int], dynamic: tuple[str, ...]
     """(-D values plus the cost model's constants, --explain lines): tkc/schedule.py at the dims
     of -D and `where`, at the bucket of a dynamic dim's `where` (or -D) value."""
     from dsl.parser import parse
-    from tkc import schedule
+    from tkc import driver, schedule
     from tkc.tune_search import resolve_dims
 
-    text = driver_read(path)
+    text = driver.read_source(path)
     kernel = parse(text, path)
     dims = resolve_dims(kernel, defines)
     names = sorted(set(kernel.dynamic) | set(dynamic))
@@ -211,12 +211,6 @@ def _model_schedule(path: str, defines: dict[str, int], dynamic: tuple[str, ...]
     chooser = schedule.Chooser(path, text, kernel, {k: v for k, v in dims.items() if k not in names}, fixed, dynamic)
     choice = chooser.choose({n: dims[n] for n in names})
     return {**defines, **choice.consts}, schedule.explain(chooser)
-
-
-def driver_read(path: str) -> str:
-    from tkc import driver
-
-    return driver.read_source(path)
 
 
 def _write_atomic(path: str, text: str) -> None:

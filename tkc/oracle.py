@@ -199,17 +199,10 @@ def _float_tensor(shape, dist: str, gen, dtype):
 def dims_env(module: Module, inputs: dict | None = None) -> dict[str, int]:
     """The module's dims and constants, with its dynamic dims (`dynamic M`) at their compile-time
     values, or bound from the shapes of `inputs` (input name -> tensor) when given."""
-    from dsl.ops import dynamic_dims
+    from dsl.ops import dynamic_dims, dynamic_values
 
-    env = {**module.env, **dynamic_dims(module.func)}
-    for name in dynamic_dims(module.func) if inputs else ():
-        for a in module.func.body.args:
-            t = inputs.get(a.name)
-            at = [k for k, d in enumerate(a.type.shape) if d == exprs.Sym(name)]
-            if at and hasattr(t, "shape"):
-                env[name] = int(t.shape[at[0]])
-                break
-    return env
+    shapes = {n: t.shape for n, t in (inputs or {}).items() if hasattr(t, "shape")}
+    return {**module.env, **dynamic_dims(module.func), **dynamic_values(module.func, shapes)}
 
 
 def input_names(module: Module) -> list[str]:
