@@ -75,10 +75,12 @@ def build(artifact: driver.Artifact, cache: Cache):
 
     def launch(*tensors):
         # bool tensors cross into TileLang as uint8 (codegen/tilelang.py declares them so: TVM's
-        # C host code takes int8_t* for a bool buffer); same bytes, 0 or 1
+        # C host code takes int8_t* for a bool buffer); same bytes, 0 or 1. Runtime scalars (ints)
+        # pass as they are.
         import torch
 
-        return kernel(*[t.view(torch.uint8) if t.dtype == torch.bool else t for t in tensors])
+        return kernel(*[t.view(torch.uint8) if isinstance(t, torch.Tensor) and t.dtype == torch.bool else t
+                        for t in tensors])
 
     return launch
 
