@@ -37,8 +37,28 @@ TOO_DEEP = "this statement nests too deeply for tkc"
 TOO_DEEP_NOTE = "split it: assign parts of a long expression, or the body of a deep block, to separate statements"
 
 
+# A kernel is a few KB of source; a file many times that (a generated or wrong file) would take
+# minutes and gigabytes to parse, so it is rejected up front (TKC_MAX_SOURCE_BYTES overrides).
+MAX_SOURCE_BYTES = 1 << 20
+
+
+def check_source_size(source: str, filename: str) -> None:
+    """Raise TkError (located at the file) when `source` is over the size limit."""
+    limit = MAX_SOURCE_BYTES
+    text = os.environ.get("TKC_MAX_SOURCE_BYTES", "").strip()
+    if text.isdigit():
+        limit = int(text)
+    size = len(source.encode("utf-8", "surrogatepass"))
+    if limit and size > limit:
+        raise error(Loc(filename, 1, 1), f"`{filename}` is {size} bytes; tkc reads kernels of at most {limit} bytes",
+                    "a kernel is a few KB of source: is this the right file? (TKC_MAX_SOURCE_BYTES raises the "
+                    "limit; 0 turns it off)")
+
+
 def parse(source: str, filename: str = "<input>") -> A.Kernel:
-    """Parse one kernel. Raises TkError for syntax errors (with expected tokens as a note)."""
+    """Parse one kernel. Raises TkError for syntax errors (with expected tokens as a note) and
+    for a source over MAX_SOURCE_BYTES."""
+    check_source_size(source, filename)
     try:
         tree = _parser().parse(source)
     except lark.exceptions.UnexpectedCharacters as exc:

@@ -35,6 +35,9 @@ import torch
 from hypothesis import strategies as st
 
 U = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8, "bool": 0.0, "f64": 0.0}
+# half the spacing of the subnormals: a rounding's absolute error near zero (f16 subnormals are
+# common: 1e-6 is one)
+U_ABS = {"f32": 2.0 ** -150, "f16": 2.0 ** -25, "bf16": 2.0 ** -134, "bool": 0.0, "f64": 0.0}
 FN_REL = 64 * 2.0 ** -24  # a math function in f32 (fast-math intrinsics included), relative
 FN_ABS = 2.0 ** -19  # and absolute (sin/cos/tanh near zero)
 INPUT_HI = 600.0  # |x| of any input drawn by tkc/oracle.py (`wide`: normal x 2^6)
@@ -59,7 +62,8 @@ def promote(a: str | None, b: str | None) -> str:
 
 def _round(v, dtype):
     """The rounding bound of one op that writes `dtype` (computed in f32, then rounded)."""
-    return v.abs() * (U[dtype] if dtype in ("f16", "bf16") else U["f32"])
+    d = dtype if dtype in ("f16", "bf16") else "f32"
+    return v.abs() * U[d] + U_ABS[d]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,7 +377,7 @@ class Cast:
     def ev(self, env):
         a, ea = self.a.ev(env)
         narrows = self.to != self.a.dtype and (self.to in ("f16", "bf16") or self.a.dtype == "f64")
-        return a, ea + (a.abs() * U[self.to] if narrows else 0.0)
+        return a, ea + (a.abs() * U[self.to] + U_ABS[self.to] if narrows else 0.0)
 
 
 @dataclass(frozen=True)
@@ -860,7 +864,7 @@ class Program:
             env["a"] = env["A"]
             a, ea = pro.ev(env)
             a = a.expand(env["A"].shape)
-            ea = (ea + a.abs() * U[opdt]).expand(env["A"].shape)
+            ea = (ea + a.abs() * U[opdt] + U_ABS[opdt]).expand(env["A"].shape)
             b = env["B"]
             kk = self.d("K")
             env["acc"] = a @ b
@@ -878,7 +882,7 @@ class Program:
             shape = (self.d("M"), 1) if self._out_shape(e.kind) == "[M, 1]" else (self.d("M"), self.d("N"))
             v, err = v.expand(shape), err.expand(shape)
             if e.dtype != dtype and dtype in ("f16", "bf16"):
-                err = err + v.abs() * U[dtype]
+                err = err + v.abs() * U[dtype] + U_ABS[dtype]
             out.append((name, dtype, v, err))
         return out
 
@@ -889,7 +893,7 @@ class Program:
             r = r.double().cpu() if isinstance(r, torch.Tensor) else torch.as_tensor(r, dtype=torch.float64)
             if tuple(r.shape) != tuple(v.shape):
                 return f"`{name}`: shape {tuple(r.shape)}, expected {tuple(v.shape)}"
-            allowed = 2 * err + U.get(dtype, 0.0) * v.abs() + 1e-30
+            allowed = 2 * err + U.get(dtype, 0.0) * v.abs() + U_ABS.get(dtype, 0.0) + 1e-300
             bad = ~((r - v).abs() <= allowed)
             if bad.any():
                 idx = tuple(int(i) for i in bad.nonzero()[0])

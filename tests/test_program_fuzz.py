@@ -1,7 +1,8 @@
 """Program fuzzing (issue 14): generated .tk programs (tests/program_gen.py) through the parser,
 lowering, every pass of the default pipeline and the IR's text round trip, each stage's IR run by
 the reference interpreter and checked element by element against torch in float64 within the
-program's own error bound; a sample also compiled by `tilelang-cpu` and run. A failing case is
+program's own error bound, and bit for bit against the stage before (translation validation;
+`defer-reduce` alone may reorder a sum); a sample also compiled by `tilelang-cpu` and run. A failing case is
 shrunk by hypothesis and saved as tests/fuzz_regressions/new_<test>.tk (each failing example
 overwrites it, so the last, minimal one stays): rename it and commit it, and
 `test_saved_regression` replays it from then on.
@@ -77,12 +78,21 @@ def _check(program: Program, text: str, seed: int, dist: str, compiled: bool) ->
     # a cluster program races until `map-dsmem` has put in its barriers (the interpreter says so)
     barriers = [program.template != "cluster"]
 
+    last = []
+
     def verify(stage: str, m) -> None:
         barriers[0] = barriers[0] or stage == "pass `map-dsmem`"
         if not barriers[0]:
             return
-        problem = program.check(_results(run(m, feed)), named)
+        outs = _results(run(m, feed))
+        problem = program.check(outs, named)
         assert problem is None, f"interpreter after {stage}: {problem}"
+        # translation validation (docs/ARCHITECTURE.md, section 8): a pass keeps the result bit for
+        # bit, except `defer-reduce`, which sums a loop's partial tiles before reducing them
+        if last and stage != "pass `defer-reduce`":
+            for a, b in zip(last, outs):
+                assert torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0)), f"the interpreter's result changed in {stage}"
+        last[:] = outs
 
     verify("lowering", module)
     final = run_pipeline(module, parse_pipeline(driver.default_pipeline("tilelang")),

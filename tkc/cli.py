@@ -123,11 +123,20 @@ def _space(text: str) -> tuple[str, tuple[int, ...]]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+# the commands whose time and memory tkc/limits.py bounds, and what they do
+BOUNDED = {"compile": "compiling", "opt": "optimizing", "run": "compiling and running"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    cmd = {"compile": cmd_compile, "run": cmd_run, "opt": cmd_opt, "tune": cmd_tune, "llama": cmd_llama}[args.cmd]
     try:
-        return {"compile": cmd_compile, "run": cmd_run, "opt": cmd_opt, "tune": cmd_tune,
-                "llama": cmd_llama}[args.cmd](args)
+        if args.cmd in BOUNDED:  # `tune` and `llama` run long by design (progress, tokens/s)
+            from tkc.limits import bounded
+
+            with bounded(BOUNDED[args.cmd], args.file):
+                return cmd(args)
+        return cmd(args)
     except TkError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
