@@ -25,9 +25,10 @@ import json
 import re
 
 from dsl import exprs
-from dsl.diagnostics import error
+from dsl.diagnostics import TkError, error
 from dsl.ir import Module, Op, Value, format_attr_dict
 from dsl.ops import COMPARE, compare_dtype, dynamic_dims, peer_tiles, scalar_ranges, scalar_refs, scalars
+from passes.cuda_placement import smem_diagnostic
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin, Chunk
 from codegen.cuda_gemm import GemmMixin
@@ -277,18 +278,11 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         return shape + [1] * (3 - len(shape))
 
     def check_smem(self, launch: Op) -> None:
-        total = self.plan.total_smem
-        if total <= SMEM_LIMIT:
-            return
-        notes = [f"`{b.value}` {b.value.type}: {b.nbytes} bytes (row pitch {b.pitch}, {b.slots} stage"
-                 f"{'s' * (b.slots != 1)})" for b in sorted(self.plan.order, key=lambda b: -b.nbytes)]
-        moved = ", ".join(f"`{a.result}`" for a in self.plan.moved_to_shared)
-        if moved:
-            notes.append(f"the CUDA backend keeps register tiles {moved} in shared memory because reductions, "
-                         "broadcasts or gemm operands read them across threads")
-        notes.append("fix: use smaller tiles (e.g. `-D BM=...`) or fewer pipeline stages")
-        raise error(launch.loc, f"kernel `{self.m.func.attrs.get('sym_name')}` needs {total} bytes of shared memory "
-                    f"per block on the CUDA backend; limit is {SMEM_LIMIT} on sm_90", *notes)
+        """The plan's bytes against sm_90's limit: check-smem-fit{backend=cuda} runs the same
+        check on the same plan (passes/cuda_placement.py), this one covers IR given directly."""
+        d = smem_diagnostic(self.plan, launch, self.m.func.attrs.get("sym_name"), SMEM_LIMIT, "sm_90")
+        if d is not None:
+            raise TkError([d])
 
     # ---- launch and declarations ------------------------------------------------------------
     def launch(self, op: Op, grid: list[int]) -> None:

@@ -21,6 +21,8 @@ from dsl.ir import Module, Op, Value
 from dsl.ops import COMPARE, compare_dtype, dynamic_dims, peer_tiles, scalar_refs, scalars, shared_accesses
 from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
+from passes.smem_tilelang import (MMA_MIN, async_copy_ok, gemm_instruction, mma_fits,  # noqa: F401 (tilelang_sddmm)
+                                  row_extent)
 
 TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64": "T.float64",
              "i8": "T.int8", "i32": "T.int32", "bool": "T.bool"}
@@ -40,20 +42,12 @@ __device__ __forceinline__ void* tkc_peer_ptr(void* p, int rank) {
 '''
 _IDX = "ijkl"
 _TRANSCENDENTAL = ("exp", "exp2", "log", "sin", "cos", "tanh", "sigmoid", "pow", "sqrt", "rsqrt", "silu")
-# Smallest tile T.gemm takes on tensor cores (per dim M, N, K), TileLang 0.1.15 on sm_80/sm_90.
-MMA_MIN = (16, 16, 16)
 
 
 def tl_expr(text: str, tensors: dict[str, str] | None = None) -> str:
     """An IR index expression in TileLang syntax: floor division, T.min/T.max/T.ceildiv; an
     element of an index tensor (`ids[b]`) reads the buffer named by `tensors`."""
     return _tl(exprs.parse(text), tensors or {})
-
-
-def _row(v: Value) -> int | None:
-    """The last extent of `v`, None when it is a dynamic dim (its alignment is unknown)."""
-    last = v.type.shape[-1]
-    return None if exprs.names(last) else exprs.evaluate(last, {})
 
 
 def _saturates(src, dst) -> bool:
@@ -361,7 +355,7 @@ class _Emitter:
         kind = op.attrs["kind"]
         if kind == "pipelined" and not self.cpu:
             stages = op.attrs["stages"]
-            if stages and not self.async_copy_ok(op):
+            if stages and not async_copy_ok(op):
                 self.line(depth, "# num_stages=0: a global row here is not 4-byte aligned, and TileLang "
                           "0.1.15 would emit a 2-byte cp.async (no such PTX) for a pipelined copy")
                 stages = 0
@@ -428,20 +422,6 @@ class _Emitter:
             return f"T.Cast({TL_DTYPES[dst]}, T.max(T.min({x}, {wide}({hi})), {wide}({lo})))"
         return f"T.Cast({TL_DTYPES[dst]}, {text})"
 
-    @staticmethod
-    def async_copy_ok(loop: Op) -> bool:
-        """Whether every global->shared copy in `loop` moves 4-byte-aligned rows: the tensor's row
-        and the tile's row a multiple of 4 bytes. TileLang 0.1.15 lowers copies in a pipelined loop
-        to cp.async whatever `tl.enable_async_copy` says, and fails in its CUDA codegen on a 2-byte
-        one (miss.tk at K=17 on an H200, 2026-11-21)."""
-        for inner in loop.walk():
-            if inner.name != "tile.copy" or inner.operands[0].type.space != "global":
-                continue
-            for v in inner.operands:
-                if v.type.rank and (_row(v) or 1) * DTYPES[v.type.dtype][0] % 4:
-                    return False
-        return True
-
     def read_later(self, copy: Op, tile: Value) -> bool:
         """Whether an op after the top-level `copy` reads `tile` (in the block's own instance)."""
         return self.last_read.get(id(tile), -1) > self.top_index[id(copy)]
@@ -456,7 +436,7 @@ class _Emitter:
         if src.type.dtype != dst.type.dtype or dst.type.space != "shared" or any(op.attrs.get("checked", [True])):
             return False
         size = DTYPES[src.type.dtype][0]
-        rows = [(_row(v) or 1) * size for v in (src, dst) if v.type.rank]
+        rows = [(row_extent(v) or 1) * size for v in (src, dst) if v.type.rank]
         col = known_multiple(exprs.parse(op.attrs["src_offsets"][-1])) * size if op.attrs["src_offsets"] else 0
         nbytes = size
         for n in dst.type.concrete_shape({}):
@@ -587,7 +567,7 @@ class _Emitter:
         a, b, acc = op.operands
         m, k = a.type.concrete_shape({})
         n = b.type.concrete_shape({})[1]
-        if self.cpu or self.tensor_cores(op, m, n, k):
+        if self.cpu or gemm_instruction(op, self.threads) != "simt":  # passes/smem_tilelang.py
             self.line(depth, f"T.gemm({self.name(a)}, {self.name(b)}, {self.name(acc)})")
             return
         # Too small or odd for tensor cores (e.g. one row per block, seed 000 variant 1): SIMT.
@@ -597,28 +577,6 @@ class _Emitter:
         prod = (f"{self.cast(f'{self.name(a)}[{i}, {kk}]', a.type.dtype, acc.type.dtype)} * "
                 f"{self.cast(f'{self.name(b)}[{kk}, {j}]', b.type.dtype, acc.type.dtype)}")
         self.line(depth + 2, f"{self.name(acc)}[{i}, {j}] = {self.name(acc)}[{i}, {j}] + {prod}")
-
-    def tensor_cores(self, op: Op, m: int, n: int, k: int) -> bool:
-        """Whether T.gemm can take this tile on sm_80/sm_90 (TileLang 0.1.15): f16/bf16 operands,
-        f32 accumulation, shared operands and a shape `mma_fits` accepts."""
-        a, b, acc = op.operands
-        if a.type.dtype not in ("f16", "bf16") or b.type.dtype != a.type.dtype or acc.type.dtype != "f32":
-            return False
-        if a.type.space != "shared" or b.type.space != "shared":
-            return False
-        return mma_fits(m, n, k, self.threads)
-
-
-def mma_fits(m: int, n: int, k: int, threads: int) -> bool:
-    """Whether T.gemm takes an m x n x k tile on tensor cores with `threads` threads (TileLang
-    0.1.15, sm_80/sm_90): k % 16 == 0 and a split of the block's warps in which every warp owns
-    a multiple of 16 rows and 8 columns (16 columns when wgmma is chosen: m >= 64)."""
-    if k % 16:
-        return False
-    warps = max(1, threads // 32)
-    col = 16 if m >= 64 else 8
-    return any(warps % wm == 0 and m % (16 * wm) == 0 and n % (col * (warps // wm)) == 0
-               for wm in range(1, warps + 1))
 
 
 def _apply(fn: str, args: list[str], dtype: str) -> str:

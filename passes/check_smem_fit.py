@@ -1,22 +1,45 @@
-"""`check-smem-fit`: shared memory per block (bytes x stages of every shared tile) vs the target.
+"""`check-smem-fit`: shared memory per block, as the backend will allocate it, vs the target.
 
-Limits per block come from passes/targets.py (sm_90 232448 bytes with opt-in, sm_80 166912,
-sm_89 101376, `static` 49152 without opt-in). Over budget is a located error at the `grid`
-statement with one note per shared buffer (its bytes x stages and where it comes from) and a
-concrete fix: the largest stage count that fits, or how far the largest tile must shrink.
-Shapes are evaluated under the kernel's dims and constants, so it also runs before `tile`.
-The module is returned unchanged.
+Options: `target` (passes/targets.py: sm_90 232448 bytes with opt-in, sm_80 166912, sm_89
+101376, `static` 49152 without opt-in) and `backend`, the allocation model:
+
+* `tilelang` (the default pipeline of targets `tilelang`, `tir` and `tilelang-cpu`, whose IR
+  also runs on the GPU): the dynamic shared memory TileLang 0.1.15 gives the kernel
+  (passes/smem_tilelang.py): every shared tile x its pipeline copies, packed by lifetime (a tile
+  reuses the bytes of tiles no longer used), offsets 16-byte aligned (1024 for wgmma operands).
+* `cuda` (the default pipeline of target `cuda`): the CUDA backend's own plan
+  (passes/cuda_placement.py `make_plan`, the code codegen/cuda.py emits from): shared tiles
+  with padded rows and 128-byte aligned stage copies, register tiles the backend keeps in
+  shared memory, the reductions' scratch, bytes shared by tiles with disjoint lifetimes. The
+  estimate is the `dynamic shared memory` the generated kernel is launched with.
+* `sum` (the default option, for `tkc opt -p`): bytes x stages of every shared tile, no reuse;
+  the TileLang model exceeds it by alignment at most; what the autotuner prunes with.
+
+The backend models need concrete tile shapes (after `tile`); before it, or where a dim is
+dynamic on `cuda`, the pass falls back to `sum` (evaluated under the kernel's dims and constants).
+tests/test_smem_fit.py checks the models against ptxas and TileLang's lowering for every example.
+
+Over budget is a located error at the `grid` statement with one note per shared buffer (its
+bytes x stages and where it comes from; with `tilelang`, the bytes it adds to the total, 0 when
+it reuses another tile's) and a concrete fix: the largest stage count that fits, or how far the
+largest tile must shrink. The module is returned unchanged.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 from dsl import exprs
 from dsl.diagnostics import Diagnostic, TkError, error
 from dsl.ir import Module, Op
+from dsl.ops import dynamic_dims
+from passes import smem_tilelang
+from passes.cuda_placement import make_plan, smem_diagnostic
 from passes.options import PIPELINE_LOC, options_from
 from passes.targets import DEFAULT_SM, SMEM_LIMITS
+
+BACKENDS = ("sum", "tilelang", "cuda")
 
 
 def shared_buffers(launch: Op, env: dict[str, int]) -> list[tuple[Op, int, int]]:
@@ -29,10 +52,48 @@ def shared_buffers(launch: Op, env: dict[str, int]) -> list[tuple[Op, int, int]]
     return out
 
 
+def concrete(launch: Op) -> bool:
+    """Whether every tile of `launch` has integer extents (after `tile`)."""
+    try:
+        for op in launch.walk():
+            if op.name == "tile.alloc":
+                op.result.type.concrete_shape({})
+        exprs.evaluate(exprs.parse(str(launch.attrs.get("threads", "128"))), {})
+    except exprs.ExprError:
+        return False
+    return True
+
+
+def smem_estimate(module: Module, launch: Op, backend: str) -> int:
+    """Bytes of shared memory per block of `launch` on `backend` (`sum`, `tilelang`, `cuda`),
+    the number check-smem-fit compares with the limit."""
+    return _model(module, launch, backend)[0]
+
+
+def _model(module: Module, launch: Op, backend: str):
+    """(bytes, the model's own plan or None) of `launch` under `backend`, falling back to `sum`
+    where the backend model does not apply (see the module docstring)."""
+    if backend != "sum" and concrete(launch) and not (backend == "cuda" and dynamic_dims(module.func)):
+        if backend == "cuda":
+            threads = exprs.evaluate(exprs.parse(str(launch.attrs.get("threads", "128"))), {})
+            plan = make_plan(module, launch, threads)
+            return plan.total_smem, plan
+        plan = smem_tilelang.plan(launch, module.env)
+        return plan.total, plan
+    return _sum_model(launch, module.env)
+
+
+def _sum_model(launch: Op, env: dict[str, int]) -> tuple[int, None]:
+    bufs = shared_buffers(launch, env)
+    total = sum(b * s for _, b, s in bufs)
+    return total, None
+
+
 @dataclass(frozen=True)
 class CheckSmemFitPass:
     name = "check-smem-fit"
     target: str = DEFAULT_SM
+    backend: str = "sum"
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> "CheckSmemFitPass":
@@ -40,10 +101,14 @@ class CheckSmemFitPass:
         if p.target not in SMEM_LIMITS:
             raise error(PIPELINE_LOC, f"unknown target `{p.target}` for `check-smem-fit`",
                         f"targets: {', '.join(SMEM_LIMITS)}")
+        if p.backend not in BACKENDS:
+            raise error(PIPELINE_LOC, f"unknown backend `{p.backend}` for `check-smem-fit`",
+                        f"backends: {', '.join(BACKENDS)}")
         return p
 
     def spec(self) -> str:
-        return f"{self.name}{{target={self.target}}}"
+        backend = f",backend={self.backend}" if self.backend != "sum" else ""
+        return f"{self.name}{{target={self.target}{backend}}}"
 
     def run(self, module: Module) -> Module:
         limit = SMEM_LIMITS[self.target]
@@ -51,19 +116,30 @@ class CheckSmemFitPass:
         for launch in module.func.body.ops:
             if launch.name != "tile.launch":
                 continue
-            bufs = shared_buffers(launch, module.env)
-            total = sum(b * s for _, b, s in bufs)
+            total, plan = _model(module, launch, self.backend)
             if total <= limit:
                 continue
-            notes = [f"`{op.result}` {op.result.type}: {b} bytes x {s} stage{'s' * (s != 1)} = {b * s} bytes "
-                     f"{'(read by peers through DSMEM) ' if op.attrs.get('dsmem') else ''}(from {op.loc})"
-                     for op, b, s in sorted(bufs, key=lambda t: -t[1] * t[2])]
-            notes.append(_fix(bufs, limit, module.env))
-            diags.append(Diagnostic(launch.loc, f"kernel `{module.func.attrs.get('sym_name')}` needs {total} bytes "
-                                    f"of shared memory per block; limit is {limit} on {self.target}", notes))
+            kernel = module.func.attrs.get("sym_name")
+            if isinstance(plan, smem_tilelang.TlPlan):
+                diags.append(_tilelang_diagnostic(plan, launch, kernel, limit, self.target))
+            elif plan is not None:
+                diags.append(smem_diagnostic(plan, launch, kernel, limit, self.target))
+            else:
+                diags.append(_sum_diagnostic(launch, module.env, kernel, limit, self.target))
         if diags:
             raise TkError(diags)
         return module
+
+
+def _sum_diagnostic(launch: Op, env: dict[str, int], kernel: str, limit: int, target: str) -> Diagnostic:
+    bufs = shared_buffers(launch, env)
+    total = _sum_model(launch, env)[0]
+    notes = [f"`{op.result}` {op.result.type}: {b} bytes x {s} stage{'s' * (s != 1)} = {b * s} bytes "
+             f"{'(read by peers through DSMEM) ' if op.attrs.get('dsmem') else ''}(from {op.loc})"
+             for op, b, s in sorted(bufs, key=lambda t: -t[1] * t[2])]
+    notes.append(_fix(bufs, limit, env))
+    return Diagnostic(launch.loc, f"kernel `{kernel}` needs {total} bytes of shared memory per block; "
+                      f"limit is {limit} on {target}", notes)
 
 
 def _fix(bufs: list[tuple[Op, int, int]], limit: int, env: dict[str, int]) -> str:
@@ -78,6 +154,10 @@ def _fix(bufs: list[tuple[Op, int, int]], limit: int, env: dict[str, int]) -> st
     factor = 2
     while total - b * s + (b * s) // factor > limit and factor < 1 << 20:
         factor *= 2
+    return _shrink(op, factor, bool(staged), env)
+
+
+def _shrink(op: Op, factor: int, staged: bool, env: dict[str, int]) -> str:
     dims = ", ".join(exprs.to_str(d) for d in op.result.type.shape)
     values = ", ".join(str(n) for n in op.result.type.concrete_shape(env))
     if values != dims:
@@ -85,3 +165,51 @@ def _fix(bufs: list[tuple[Op, int, int]], limit: int, env: dict[str, int]) -> st
     more = "; fewer pipeline stages also help" if staged else ""
     return (f"fix: the largest tile `{op.result}` [{dims}] must shrink at least {factor}x to fit: use "
             f"smaller tile extents for it (the schedule constants or dims that set them){more}")
+
+
+def _tilelang_diagnostic(plan, launch: Op, kernel: str, limit: int, target: str) -> Diagnostic:
+    """Notes, largest first, with the bytes each buffer adds to the arena in TileLang's packing
+    order (a buffer placed in bytes an earlier one no longer uses adds 0): they sum to the total."""
+    reach, padding, notes, placed = 0, 0, [], []
+    for buf in sorted(plan.buffers, key=lambda b: (b.start, -b.size)):
+        gap = max(0, buf.offset - reach)
+        adds = max(0, buf.offset + buf.size - reach) - gap
+        padding, reach = padding + gap, max(reach, buf.offset + buf.size)
+        v, s = buf.alloc.result, buf.versions
+        head = f"`{v}` {v.type}: {buf.nbytes} bytes x {s} stage{'s' * (s != 1)}"
+        dsmem = "(read by peers through DSMEM) " if buf.alloc.attrs.get("dsmem") else ""
+        if adds < buf.size:  # placed in bytes of tiles whose lifetimes ended before it starts
+            shared = next(b.alloc.result for b in placed if b.offset < buf.offset + buf.size
+                          and buf.offset < b.offset + b.size)
+            head += f", {'in' if adds == 0 else 'partly in'} the bytes of `{shared}` after its last use"
+        placed.append(buf)
+        notes.append((adds, buf.size, f"{head} = {adds} bytes {dsmem}(from {buf.alloc.loc})"))
+    notes = [text for _, _, text in sorted(notes, key=lambda t: (-t[0], -t[1]))]
+    padding += plan.total - reach
+    if padding:
+        notes.append(f"alignment of the buffers (16 bytes, 1024 for wgmma operands) = {padding} bytes")
+    notes.append(_tilelang_fix(plan, limit, launch))
+    return Diagnostic(launch.loc, f"kernel `{kernel}` needs {plan.total} bytes of shared memory per block; "
+                      f"limit is {limit} on {target}", notes)
+
+
+def _tilelang_fix(plan, limit: int, launch: Op) -> str:
+    """The most pipeline stages that fit, else how far the largest tile must shrink."""
+    stages = max((b.versions for b in plan.buffers), default=1)
+    for fits in range(stages - 1, 0, -1):
+        if _replan(plan, lambda b: (b.nbytes, min(b.versions, fits))) <= limit:
+            return f"fix: use at most {fits} pipeline stage{'s' * (fits != 1)} (e.g. `-D stages={fits}`)"
+    largest = max(plan.buffers, key=lambda b: b.size)
+    factor = 2
+    while factor < 1 << 20 and _replan(plan, lambda b: (b.nbytes // factor if b is largest else b.nbytes,
+                                                        b.versions)) > limit:
+        factor *= 2
+    return _shrink(largest.alloc, factor, stages > 1, {})
+
+
+def _replan(plan, size) -> int:
+    """The total of `plan` with each buffer's (bytes, versions) given by `size`."""
+    bufs = [copy.copy(b) for b in plan.buffers]
+    for new, old in zip(bufs, plan.buffers):
+        new.nbytes, new.versions = size(old)
+    return smem_tilelang.pack(bufs, len(plan.buffers))

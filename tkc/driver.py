@@ -2,7 +2,7 @@
 
 Stages, in order: `dsl.parser.parse`, `dsl.lower.lower` (with `-D` overrides), the target's
 default pass pipeline (`tile,defer-reduce,software-pipeline,map-dsmem,check-smem-fit,check-coverage,
-sparse-dispatch`, for sm_90), then the backend's
+sparse-dispatch`, for sm_90; check-smem-fit with the target's backend model), then the backend's
 `emit` (codegen/). Generated source is cached on disk by the hash of the final IR, the target
 and tool versions (tkc/cache.py). A second index maps the hash of the source text, overrides
 and target to that key, so a warm `tkc compile` neither parses nor lowers (it stays well under
@@ -60,12 +60,15 @@ def frontend(path: str, overrides: dict[str, int] | None = None, text: str | Non
 
 
 def default_pipeline(target: str, sm: str = "sm_90") -> str:
-    """The pass pipeline of every target (the CPU target runs the same checks: the same IR runs
-    on the GPU, so an over-budget kernel is rejected everywhere)."""
+    """The pass pipeline of every target. check-smem-fit models the shared memory of the backend
+    that runs the kernel: the CUDA backend's plan for `cuda`, TileLang's for the others (the CPU
+    target runs the same checks: the same IR runs on the GPU through TileLang, so an over-budget
+    kernel is rejected everywhere)."""
     if target not in TARGETS:
         raise error(Loc("<command line>", 1, 1), f"unknown target `{target}`", f"targets: {', '.join(TARGETS)}")
-    return (f"tile,defer-reduce,software-pipeline,map-dsmem{{target={sm}}},check-smem-fit{{target={sm}}},"
-            f"check-coverage,sparse-dispatch{{target={sm}}}")
+    backend = "cuda" if target == "cuda" else "tilelang"
+    return (f"tile,defer-reduce,software-pipeline,map-dsmem{{target={sm}}},check-smem-fit{{target={sm},"
+            f"backend={backend}}},check-coverage,sparse-dispatch{{target={sm}}}")
 
 
 def optimize(module, target: str):

@@ -8,11 +8,12 @@ Steps, in order:
    the configurations are the cartesian product.
 2. **prune** (no compiling): each configuration's `requires` conditions are evaluated first
    (`dsl.lower.requirements`, a few microseconds each), then the shared memory per block of the
-   survivors is computed by lowering and running `tile,software-pipeline` and summing
-   `passes.check_smem_fit.shared_buffers` against the sm_90 limit. Lowered IR depends on the
-   constants only through static `if` conditions, and its shared-memory bytes only through the
-   constants in tile shapes and pipelined-loop bounds and stage counts; configurations that
-   agree on those share one computation, so the seed-002 SGEMM space (36864 configurations)
+   survivors is computed by lowering and running `tile,software-pipeline` and check-smem-fit's
+   TileLang model (`passes.check_smem_fit.smem_estimate`) against the sm_90 limit. Lowered IR
+   depends on the constants only through static `if` conditions, and its shared-memory bytes
+   only through the constants in tile shapes, loop bounds and stage counts (and the thread
+   count, through the alignment of wgmma operands only); configurations that agree on those
+   share one computation, so the seed-002 SGEMM space (36864 configurations)
    prunes in seconds.
 3. **compile** the survivors in `jobs` spawned processes into the shared cache (tkc's generated
    source and TileLang's or nvcc's binaries), as benchmarks/miss.py prewarms.
@@ -163,8 +164,9 @@ def _if_names(stmts: list) -> set[str]:
 
 def _smem_names(module) -> set[str]:
     """Names that the shared memory of lowered (untiled) `module` can depend on: those in tile
-    shapes (a register tile loaded in a pipelined loop becomes a shared staging buffer) and in
-    the bounds and stage counts of pipelined loops (stages are clamped to the trip count)."""
+    shapes (a register tile loaded in a pipelined loop becomes a shared staging buffer), in the
+    bounds and stage counts of loops (stages are clamped to the trip count; a loop of one trip
+    is inlined by TileLang, passes/smem_tilelang.py)."""
     out: set[str] = set()
     for op in module.walk():
         for r in op.results:
@@ -174,6 +176,9 @@ def _smem_names(module) -> set[str]:
             for key in ("lo", "hi", "stages"):
                 if key in op.attrs:
                     out |= exprs.names(exprs.parse(str(op.attrs[key])))
+        elif op.name == "tile.for":  # a loop of one trip is no loop to TileLang's liveness
+            for key in ("lo", "hi"):
+                out |= exprs.names(exprs.parse(str(op.attrs[key])))
     return out
 
 
@@ -229,7 +234,7 @@ class Pruner:
     def _shared_bytes(self, config: dict[str, int]):
         """(shared bytes per block, or the first line of the user error that stopped it; the
         sorted constants those bytes depend on, or None when lowering failed)."""
-        from passes.check_smem_fit import shared_buffers
+        from passes.check_smem_fit import smem_estimate
         from passes.software_pipeline import SoftwarePipelinePass
         from passes.tile import TilePass
         from tkc import driver
@@ -244,7 +249,7 @@ class Pruner:
         except TkError as exc:
             return first_line(exc), None
         launches = [op for op in module.func.body.ops if op.name == "tile.launch"]
-        return max((sum(b * s for _, b, s in shared_buffers(op, module.env)) for op in launches), default=0), names
+        return max((smem_estimate(module, op, "tilelang") for op in launches), default=0), names
 
 
 def _kib(nbytes: int) -> str:

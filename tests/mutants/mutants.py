@@ -642,7 +642,7 @@ MUTANTS: list[Mutant] = [
       "ok &= step % stride == 0",
       "CUDA: a broadcast input that differs between a thread's chunks is read once for all of them", "cpu",
       tests=("tests/test_cuda_reduce_emulated.py",)),
-    M("gview-output-tensor", "codegen/cuda_plan.py",
+    M("gview-output-tensor", "passes/cuda_placement.py",
       'if src.type.space != "global" or id(src) in outputs or set(copy.attrs)',
       'if src.type.space != "global" or set(copy.attrs)',
       "CUDA: a window of an output tensor is read in place after the kernel wrote it", "cpu",

@@ -1,0 +1,237 @@
+"""The shared memory that TileLang 0.1.15 gives a kernel of the `tilelang` backend, per block.
+
+codegen/tilelang.py declares every shared tile with `T.alloc_shared` (scope `shared.dyn`) at the
+top of the kernel; TileLang then merges them into one dynamic buffer whose size is passed at
+launch. This module computes that size from the final tile IR, step by step as TileLang does
+(its `src/transform/merge_shared_memory_allocations.cc`, shipped in the wheel):
+
+1. **versions**: a tile staged in a pipelined loop (`stages` on its alloc, set by
+   `software-pipeline`) gets one copy per stage from `T.Pipelined(..., num_stages)`; the backend
+   emits `num_stages=0` (one copy) when a global row in the loop is not 4-byte aligned
+   (`async_copy_ok`).
+2. **lifetimes**: TileLang's liveness runs over the kernel body's statements; a tile used inside
+   a loop is live through that whole top-level statement. So a tile lives from the first to the
+   last top-level op that touches it, as the half-open interval [first, last + 1); the body of a
+   loop of one trip counts as top-level ops (TileLang inlines it; a pipelined one issues its
+   global -> shared copies first). A tile nothing touches gets no bytes.
+3. **alignment**: 16 bytes, and 1024 for the shared operands of a gemm TileLang lowers to
+   Hopper's wgmma (their descriptors need the 128-byte swizzle's alignment): `T.gemm` on f16/bf16
+   tiles with f32 accumulation, M >= 64 and a multiple of 4 warps (`gemm_instruction`).
+4. **packing** (`LinearScanPack`): tiles in order of their first use (larger first on ties) take
+   the best-fitting free block of bytes that earlier tiles no longer need, else grow the arena
+   at its end; the total is the arena rounded up to 16 bytes. One shared tile alone is not
+   merged: its bytes are the total.
+
+The result (`plan`) lists each tile's bytes, offset and lifetime; check-smem-fit reports it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from dsl import exprs
+from dsl.ir import Op, Value
+from dsl.types import DTYPES
+
+ALIGN = 16  # bytes: TileLang's default alignment of merged shared buffers
+WGMMA_ALIGN = 1024  # bytes: shared operands of wgmma (descriptor, 128-byte swizzle)
+MMA_MIN = (16, 16, 16)  # smallest tile T.gemm takes on tensor cores (per dim M, N, K), TileLang 0.1.15
+
+
+def row_extent(v: Value) -> int | None:
+    """The last extent of `v`, None when it is a dynamic dim (its alignment is unknown)."""
+    last = v.type.shape[-1]
+    return None if exprs.names(last) else exprs.evaluate(last, {})
+
+
+def async_copy_ok(loop: Op) -> bool:
+    """Whether every global->shared copy in `loop` moves 4-byte-aligned rows: the tensor's row
+    and the tile's row a multiple of 4 bytes. TileLang 0.1.15 lowers copies in a pipelined loop
+    to cp.async whatever `tl.enable_async_copy` says, and fails in its CUDA codegen on a 2-byte
+    one (miss.tk at K=17 on an H200, 2026-11-21)."""
+    for inner in loop.walk():
+        if inner.name != "tile.copy" or inner.operands[0].type.space != "global":
+            continue
+        for v in inner.operands:
+            if v.type.rank and (row_extent(v) or 1) * DTYPES[v.type.dtype][0] % 4:
+                return False
+    return True
+
+
+def mma_fits(m: int, n: int, k: int, threads: int) -> bool:
+    """Whether T.gemm takes an m x n x k tile on tensor cores with `threads` threads (TileLang
+    0.1.15, sm_80/sm_90): k % 16 == 0 and a split of the block's warps in which every warp owns
+    a multiple of 16 rows and 8 columns (16 columns when wgmma is chosen: m >= 64)."""
+    if k % 16:
+        return False
+    warps = max(1, threads // 32)
+    col = 16 if m >= 64 else 8
+    return any(warps % wm == 0 and m % (16 * wm) == 0 and n % (col * (warps // wm)) == 0
+               for wm in range(1, warps + 1))
+
+
+def gemm_instruction(op: Op, threads: int) -> str:
+    """How codegen/tilelang.py and TileLang run `tile.gemm` `op` on sm_90: `simt` (a loop nest
+    the backend writes: operands that are not f16/bf16 tiles in shared memory with an f32
+    accumulator, or a shape `mma_fits` rejects), `wgmma` (T.gemm with M >= 64 and whole warp
+    groups: TileLang's `AllowWgmma`) or `mma` (T.gemm on mma.sync)."""
+    a, b, acc = op.operands
+    if a.type.dtype not in ("f16", "bf16") or b.type.dtype != a.type.dtype or acc.type.dtype != "f32":
+        return "simt"
+    if a.type.space != "shared" or b.type.space != "shared":
+        return "simt"
+    (m, k), n = a.type.concrete_shape({}), b.type.concrete_shape({})[1]  # after `tile`
+    if not mma_fits(m, n, k, threads):
+        return "simt"
+    return "wgmma" if m >= 64 and (threads // 32) % 4 == 0 else "mma"
+
+
+@dataclass
+class TlBuffer:
+    """One shared tile in TileLang's merged buffer."""
+
+    alloc: Op
+    nbytes: int  # one copy
+    versions: int  # copies (pipeline stages)
+    align: int
+    start: int  # first top-level op that touches it
+    end: int  # one past the last
+    offset: int = 0
+
+    @property
+    def size(self) -> int:
+        return self.nbytes * self.versions
+
+
+@dataclass
+class TlPlan:
+    buffers: list[TlBuffer]  # program order
+    total: int  # bytes of dynamic shared memory per block
+
+
+def plan(launch: Op, env: dict[str, int]) -> TlPlan:
+    """TileLang's shared-memory layout of `launch` (see the module docstring); shapes are
+    evaluated under `env`."""
+    threads = exprs.evaluate(exprs.parse(str(launch.attrs.get("threads", "128"))), env)
+    allocs = [op for op in launch.walk() if op.name == "tile.alloc" and op.result.type.space == "shared"]
+    if not allocs:
+        return TlPlan([], 0)
+    ids = {id(a.result): a for a in allocs}
+    spans: dict[int, list[int]] = {}
+    versions: dict[int, int] = {}
+    align: dict[int, int] = {}
+    for pos, top in enumerate(_statements(launch.body.ops, env)):
+        for op in top.walk():
+            if op.name == "tile.for" and op.attrs.get("kind") == "pipelined" and not async_copy_ok(op):
+                for inner in op.walk():  # num_stages=0: one copy of each staged tile
+                    versions.update({id(v): 1 for v in inner.operands if id(v) in ids})
+            if op.name == "tile.gemm" and gemm_instruction(op, threads) == "wgmma":
+                align.update({id(v): WGMMA_ALIGN for v in op.operands[:2]})
+            for v in op.operands:
+                if id(v) in ids:
+                    span = spans.setdefault(id(v), [pos, pos + 1])
+                    span[1] = pos + 1
+    bufs = [TlBuffer(a, a.result.type.nbytes(env), versions.get(id(a.result), int(a.attrs.get("stages", 1))),
+                     align.get(id(a.result), ALIGN), *spans[id(a.result)])
+            for a in allocs if id(a.result) in spans]
+    return TlPlan(bufs, pack(bufs, len(allocs)))
+
+
+def _statements(ops: list[Op], env: dict[str, int]):
+    """The kernel body's top-level statements as TileLang sees them: a loop of one trip is no
+    loop (TileLang's simplification inlines its body), so its ops are statements themselves."""
+    for op in ops:
+        if op.name == "tile.alloc":
+            continue
+        if op.name != "tile.for" or _trips(op, env) != 1:
+            yield op
+        elif op.attrs.get("kind") == "pipelined":  # its loads are issued first (stage 0 of the pipeline)
+            body = list(_statements(op.body.ops, env))
+            yield from [o for o in body if _load(o)] + [o for o in body if not _load(o)]
+        else:
+            yield from _statements(op.body.ops, env)
+
+
+def _load(op: Op) -> bool:
+    """A global -> shared copy (a load a pipelined loop issues ahead)."""
+    return op.name == "tile.copy" and op.operands[0].type.space == "global" and op.operands[1].type.space == "shared"
+
+
+def _trips(loop: Op, env: dict[str, int]) -> int | None:
+    try:
+        return exprs.evaluate(exprs.parse(f"({loop.attrs['hi']}) - ({loop.attrs['lo']})"), env)
+    except exprs.ExprError:  # a dynamic bound
+        return None
+
+
+def pack(bufs: list[TlBuffer], n_allocs: int) -> int:
+    """Bytes of the merged buffer of `bufs` (of `n_allocs` shared allocations in all); sets
+    every buffer's offset. One allocation alone is not merged: its bytes, unaligned."""
+    if n_allocs == 1:
+        return bufs[0].size if bufs else 0
+    return _up(_linear_scan(bufs), ALIGN)
+
+
+def _linear_scan(bufs: list[TlBuffer]) -> int:
+    """TileLang's LinearScanPack: sets every buffer's offset; returns the arena's size."""
+    order = sorted(range(len(bufs)), key=lambda i: (bufs[i].start, -bufs[i].size, i))
+    active: list[tuple[int, int, int]] = []  # (end, offset, size)
+    free: list[list[int]] = []  # sorted, coalesced [offset, size] blocks
+    top = 0
+    for i in order:
+        buf = bufs[i]
+        while active and active[0][0] <= buf.start:
+            _, off, size = heapq.heappop(active)
+            _free(free, off, size)
+        off = _best_fit(free, buf.size, buf.align)
+        if off is None and free and sum(free[-1]) == top and _up(free[-1][0], buf.align) < top:
+            off = _up(free[-1][0], buf.align)  # grow the free block at the arena's end
+            head = off - free[-1][0]
+            del free[-1]
+            _free(free, off - head, head)
+            top = off + buf.size
+        elif off is None:
+            off = _up(top, buf.align)
+            _free(free, top, off - top)
+            top = off + buf.size
+        buf.offset = off
+        heapq.heappush(active, (buf.end, off, buf.size))
+    return max((b.offset + b.size for b in bufs), default=0)
+
+
+def _up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def _free(free: list[list[int]], off: int, size: int) -> None:
+    """Return [off, off + size) to the sorted free list, merging neighbours."""
+    if size <= 0:
+        return
+    free.append([off, size])
+    free.sort()
+    merged: list[list[int]] = []
+    for blk in free:
+        if merged and sum(merged[-1]) >= blk[0]:
+            merged[-1][1] = max(sum(merged[-1]), sum(blk)) - merged[-1][0]
+        else:
+            merged.append(blk)
+    free[:] = merged
+
+
+def _best_fit(free: list[list[int]], need: int, align: int) -> int | None:
+    """The aligned offset in the free block that wastes least (TileLang's FreeList.Allocate)."""
+    best = None
+    for i, (off, size) in enumerate(free):
+        head = _up(off, align) - off
+        if head > size or size - head < need:
+            continue
+        if best is None or size - need < free[best][1] - need:
+            best = i
+    if best is None:
+        return None
+    off, size = free.pop(best)
+    at = _up(off, align)
+    _free(free, at + need, size - (at - off) - need)
+    _free(free, off, at - off)
+    return at
