@@ -542,8 +542,17 @@ class Reduce:
 @st.composite
 def expr(draw, leaves, depth: int, *, bools=(), numbers=(), reduce_n: int = 0, hi_cap: float = HUGE, floats=FLOATS):
     """A float tile expression over `leaves` (Leaf/Acc/Scalar), `bools` (bool leaves) and
-    `numbers` (Num) of at most `depth` levels, every intermediate bounded by `hi_cap`;
-    `reduce_n` > 0 allows row reductions over rows of that many elements."""
+    `numbers` (Num) of at most `depth` levels, every intermediate bounded by `hi_cap`, every f16
+    one by F16_SAFE (an f16 product of two inputs can pass 65504); `reduce_n` > 0 allows row
+    reductions over rows of that many elements."""
+    node = draw(_expr(leaves, depth, bools=bools, numbers=numbers, reduce_n=reduce_n, hi_cap=hi_cap, floats=floats))
+    if node.dtype == "f16" and node.hi > F16_SAFE:
+        return draw(st.sampled_from([x for x in leaves if x.kind != "scalar"]))
+    return node
+
+
+@st.composite
+def _expr(draw, leaves, depth: int, *, bools, numbers, reduce_n, hi_cap, floats):
     tiles = [x for x in leaves if x.kind != "scalar"]
 
     def leaf():
@@ -831,7 +840,7 @@ class Program:
             if hasattr(t, "rows") and hasattr(t, "cols"):  # a sparse pattern
                 env[n + "_rows"], env[n + "_cols"] = t.rows.long().cpu(), t.cols.long().cpu()
                 continue
-            env[n] = t if isinstance(t, int) or t.dtype == torch.bool else t.double().cpu()
+            env[n] = t if isinstance(t, int) else t.cpu() if t.dtype == torch.bool else t.double().cpu()
         t = self.template
         if t == "sddmm":
             a, b = env["A"], env["B"]

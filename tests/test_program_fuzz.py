@@ -2,7 +2,8 @@
 lowering, every pass of the default pipeline and the IR's text round trip, each stage's IR run by
 the reference interpreter and checked element by element against torch in float64 within the
 program's own error bound, and bit for bit against the stage before (translation validation;
-`defer-reduce` alone may reorder a sum); a sample also compiled by `tilelang-cpu` and run. A failing case is
+`defer-reduce` alone may reorder a sum), every op located at a line of the program (issue 14,
+item 4); a sample also compiled by `tilelang-cpu` and run. A failing case is
 shrunk by hypothesis and saved as tests/fuzz_regressions/new_<test>.tk (each failing example
 overwrites it, so the last, minimal one stays): rename it and commit it, and
 `test_saved_regression` replays it from then on.
@@ -29,6 +30,7 @@ from dsl.ir import print_module
 from dsl.ir_parser import parse_module
 from passes.manager import parse_pipeline, run_pipeline
 from program_gen import Program, programs
+from test_locations import _check as locations
 from tkc import driver, oracle
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -80,7 +82,10 @@ def _check(program: Program, text: str, seed: int, dist: str, compiled: bool) ->
 
     last = []
 
+    lines = text.count("\n") + 1
+
     def verify(stage: str, m) -> None:
+        locations(m, "fuzz.tk", lines, f"after {stage}")
         barriers[0] = barriers[0] or stage == "pass `map-dsmem`"
         if not barriers[0]:
             return
