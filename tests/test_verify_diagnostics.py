@@ -6,21 +6,36 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 
 import pytest
 
+from dsl.diagnostics import Diagnostic, Loc, TkError
 from tkc.cli import main
-from tkc.verify_diagnostics import expectations, pieces
+from tkc.verify_diagnostics import Run, expectations, marker, parse_run, pieces, verify
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FILES = sorted(glob.glob(os.path.join(ROOT, "tests", "verify", "*.tk")))
+FILES = sorted(glob.glob(os.path.join(ROOT, "tests", "verify", "*.tk*")))
 
 
 @pytest.mark.parametrize("path", FILES, ids=[os.path.basename(p) for p in FILES])
 def test_annotated_files_verify(path, capsys):
     assert main(["opt", path, "--verify-diagnostics", "--split-input-file"]) == 0, capsys.readouterr().err
     text = open(path, encoding="utf-8").read()
-    assert len(expectations(text)) >= len(pieces(text, True)) > 1  # every piece expects something
+    mark = marker(path)
+    for first, piece in pieces(text, True, mark):  # every piece expects something
+        assert expectations(piece, 1, mark), f"{path}:{first}: a piece without an `expected-error`"
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if p.endswith(".tkir")], ids=os.path.basename)
+def test_ir_locs_name_their_own_line(path):
+    """The verifier reports an op at its `loc`: in tests/verify/*.tkir every loc names its own line, so
+    that the annotations next to the op meet its diagnostics."""
+    rel = os.path.relpath(path, ROOT)
+    for i, line in enumerate(open(path, encoding="utf-8").read().split("\n"), 1):
+        for file, at, col in re.findall(r'loc\("([^"]*)":(\d+):(\d+)\)', line):
+            assert (file, int(at), int(col)) == (rel, i, len(line) - len(line.lstrip()) + 1), \
+                f"{rel}:{i}: loc(\"{file}\":{at}:{col}) should be loc(\"{rel}\":{i}:{len(line) - len(line.lstrip()) + 1})"
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -60,3 +75,108 @@ def test_expectation_syntax():
     split = pieces("a\n# -----\nb\nc\n# -----\nd", True)  # lines: a, -----, b, c, -----, d
     assert [first for first, _ in split] == [1, 3, 6]
     assert [piece.split("\n").index(piece.strip().split("\n")[0]) + 1 for _, piece in split] == [1, 3, 6]
+
+
+KERNEL = """kernel k<BM=16>(A: f32[M, K]) -> (C: f32[M, K])
+    where M = 64, K = 32
+{
+    grid (cdiv(M, BM)) as (m)
+    C[m*BM : +BM, :] = A[m*BM : +BM, :]
+}
+"""
+
+
+def _verify(tmp_path, capsys, text, *args, name="case.tk"):
+    path = tmp_path / name
+    path.write_text(text)
+    rc = main(["opt", str(path), "--verify-diagnostics", "--split-input-file", *args])
+    return rc, capsys.readouterr().err
+
+
+def test_run_line_sets_the_pipeline_of_its_piece_only(tmp_path, capsys):
+    """`tile{BM=24}` breaks `requires M % BM == 0` in the piece with that RUN line; the next piece
+    compiles with the command line's (default) pipeline and is fine."""
+    bad = KERNEL.replace("    where M = 64, K = 32\n", "    where M = 64, K = 32\n    requires M % BM == 0"
+                         "  # expected-error {{requirement `M % BM == 0` does not hold}}\n")
+    text = "# RUN: tile{BM=24}\n" + bad + "# -----\n" + KERNEL.replace("C[m*BM", "C[m*BM : +BM, :] = A[m*BM : +BM, :] * Q"
+                                                                       "  # expected-error {{unknown name `Q`}}\n    C[m*BM", 1)
+    assert _verify(tmp_path, capsys, text) == (0, "")
+    rc, err = _verify(tmp_path, capsys, text.replace("# RUN: tile{BM=24}\n", "# RUN: tile{BM=32}\n"))
+    assert rc == 1 and "expected error \"requirement `M % BM == 0` does not hold\" on line 4 was not produced" in err
+
+
+def test_run_line_defines_dynamic_and_target(tmp_path, capsys):
+    text = ("# RUN: -D BM=-1\n" + KERNEL.replace("kernel k<BM=16>(A: f32[M, K]) -> (C: f32[M, K])",
+                                                  "kernel k<BM=16>(A: f32[M, K]) -> (C: f32[M, K])  # expected-error "
+                                                  "{{schedule constant `BM` must not be negative, got -1}}")
+            + "# -----\n# RUN: --dynamic M --target=cuda\n"
+            + KERNEL.replace("kernel k<BM=16>(A: f32[M, K]) -> (C: f32[M, K])",
+                             "kernel k<BM=16>(A: f32[M, K]) -> (C: f32[M, K])  # expected-error {{target `cuda` "
+                             "specializes on every dim; it cannot compile dynamic dim(s) `M`}}"))
+    assert _verify(tmp_path, capsys, text) == (0, "")
+
+
+def test_target_on_the_command_line_emits_every_piece(tmp_path, capsys):
+    text = KERNEL.replace("kernel k<BM=16>(A: f32[M, K]) -> (C: f32[M, K])",
+                          "kernel k<BM=16>(A: bf16[M, K]) -> (C: f32[M, K])  # expected-error "
+                          "{{target `tilelang-cpu` cannot express bf16 tile `%A`}}")
+    assert _verify(tmp_path, capsys, text, "--target", "tilelang-cpu") == (0, "")
+    rc, err = _verify(tmp_path, capsys, text)  # no target: no backend runs, so nothing is reported
+    assert rc == 1 and "the piece compiled without errors" in err
+    path = tmp_path / "case.tk"
+    assert main(["opt", str(path), "--target", "cuda"]) == 1
+    assert "`tkc opt --target` applies with `--verify-diagnostics` only" in capsys.readouterr().err
+
+
+def test_pipeline_errors_are_located_on_the_run_line(tmp_path, capsys):
+    text = "# RUN: tile,map-dsmem{nonportable=3}\n# expected-error@-1 {{must be 0 or 1, got 3}}\n" + KERNEL
+    assert _verify(tmp_path, capsys, text) == (0, "")
+    rc, err = _verify(tmp_path, capsys, text.replace("# expected-error@-1 {{must be 0 or 1, got 3}}\n", ""))
+    assert rc == 1 and f"{tmp_path / 'case.tk'}:1:13: error: unexpected error: `nonportable` of `map-dsmem` " in err
+
+
+@pytest.mark.parametrize("run, message", [
+    ("tile --target ptx", "malformed RUN line: unknown target `ptx`; targets: tilelang, tilelang-cpu, cuda"),
+    ("tile check-coverage", "malformed RUN line: a second pipeline `check-coverage`"),
+    ("-D BM", "malformed RUN line: expected `-D NAME=VALUE` with an integer value, got `BM`"),
+    ("--dynamic", "malformed RUN line: `--dynamic` needs a value"),
+    ("--verbose", "malformed RUN line: unknown option `--verbose`"),
+])
+def test_malformed_run_lines(tmp_path, capsys, run, message):
+    rc, err = _verify(tmp_path, capsys, f"# RUN: {run}\n" + KERNEL)
+    assert rc == 1 and f"{tmp_path / 'case.tk'}:1:8: error: {message}" in err
+
+
+def test_one_run_line_per_piece(tmp_path, capsys):
+    rc, err = _verify(tmp_path, capsys, "# RUN: tile\n# RUN: tile,check-coverage\n" + KERNEL)
+    assert rc == 1 and f"{tmp_path / 'case.tk'}:2:1: error: a second RUN line in this piece" in err
+
+
+def test_parse_run():
+    assert parse_run("f.tk", 3, 8, "tile{BM=32},check-coverage -D M=5 -DK=7 --dynamic N --target cuda") == Run(
+        "tile{BM=32},check-coverage", (("M", 5), ("K", 7)), ("N",), "cuda", 3, 8)
+    assert parse_run("f.tk", 1, 8, "  -p tile") == Run("tile", (), (), None, 1, 13)
+
+
+def test_ir_text_takes_slash_comments(tmp_path, capsys):
+    """In a .tkir file annotations, RUN lines and separators start with `//`."""
+    func = ('tile.func() {{consts = {{}}, dims = {{}}, outputs = [1], sym_name = "k"}} loc("k.tk":{}:1) {{\n'
+            '^(%A: global<f32[16]>, %C: global<f32[16]>)\n}}\n')
+    ir = ("// RUN: tile{BM=32}\n// expected-error@+1 {{`tile{BM=...}`: `BM` is not a schedule constant of `k`}}\n"
+          + func.format(3) + "// -----\n// expected-error@+1 {{needs a region with global tensor arguments}}\n"
+          + func.format(8).replace("^(%A: global<f32[16]>, %C: global<f32[16]>)\n", ""))
+    assert _verify(tmp_path, capsys, ir, name="case.tkir") == (0, "")
+    rc, err = _verify(tmp_path, capsys, ir.replace("// RUN: tile{BM=32}", "// RUN: tile"), name="case.tkir")
+    assert rc == 1 and "expected error \"`tile{BM=...}`" in err
+
+
+def test_an_internal_error_in_a_piece_is_a_located_mismatch():
+    def crash(path, piece, run):
+        if "boom" in piece:
+            raise KeyError("boom")
+        raise TkError(Diagnostic(Loc(path, 5, 1), "fine"))
+
+    text = "# a\n# b\n# -----\n# boom\n# expected-error {{fine}}\n"
+    got = verify("t.tk", text, True, Run(), crash)
+    assert [(d.loc.line, d.message) for d in got] == [
+        (5, "unexpected error: fine"), (4, "internal compiler error in this piece: KeyError: 'boom'")]

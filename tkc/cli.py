@@ -84,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
                    "(exit 0 when they match; docs/LANGUAGE.md, Diagnostics)")
     o.add_argument("--split-input-file", action="store_true",
                    help="with --verify-diagnostics: compile each piece between `# -----` lines on its own")
+    o.add_argument("--target", default=None, choices=("tilelang", "tilelang-cpu", "cuda"),
+                   help="with --verify-diagnostics: the default pipeline of this target (unless -p), then its "
+                   "backend emits the code (no C/CUDA build), so the backend's rejections can be expected")
 
     t = sub.add_parser("tune", help="search the schedule constants for the fastest configuration on this GPU")
     t.add_argument("file")
@@ -247,14 +250,17 @@ def cmd_opt(args) -> int:
     # --print-ir-after-all or --verify-diagnostics without -p: the default pipeline (the one
     # `compile` runs)
     whole = args.print_ir_after_all or args.verify_diagnostics
-    spec = args.pipeline or (driver.default_pipeline("tilelang") if whole else "")
-    passes = parse_pipeline(spec)
+    spec = args.pipeline or (driver.default_pipeline(args.target or "tilelang") if whole else "")
+    passes = parse_pipeline(spec)  # a malformed -p is a usage error, also with --verify-diagnostics
+    if args.target is not None and not args.verify_diagnostics:
+        raise error(Loc("<command line>", 1, 1), "`tkc opt --target` applies with `--verify-diagnostics` only",
+                    "`tkc compile --target T` prints the code of a target")
     if args.verify_diagnostics:
-        from tkc.verify_diagnostics import verify
+        from tkc.verify_diagnostics import Run, verify
 
         text = driver.read_source(args.file)
-        problems = verify(args.file, text, lambda piece: run_pipeline(
-            driver.frontend(args.file, dict(args.defines), piece, tuple(args.dynamic)), passes), args.split_input_file)
+        run = Run(args.pipeline or None, tuple(args.defines), tuple(args.dynamic), args.target)
+        problems = verify(args.file, text, args.split_input_file, run)
         for d in problems:
             print(d.render({args.file: text}), file=sys.stderr)
         return 1 if problems else 0
