@@ -311,7 +311,8 @@ def test_cli_dry_run_on_examples(capsys):
     (["--space", "BM=8", "--space", "BM=16"], "`--space BM` is given twice"),
     (["-D", "BQ=1"], "`-D BQ` names neither a dim nor a schedule constant"),
     (["--space", "BM=8", "--space", "BK=16,32"], "every one of the 16 configurations of `staged` is rejected"),
-    (["--top", "0"], "`--top` and `--jobs` must be at least 1"),
+    (["--top", "0"], "`--top`, `--jobs` and `--model-top` must be at least 1"),
+    (["--model-top", "0"], "`--top`, `--jobs` and `--model-top` must be at least 1"),
 ])
 def test_cli_errors_exit_1(capsys, staged, args, msg):
     rc, out, err = cli(capsys, "tune", staged, "--dry-run", *args)
@@ -352,3 +353,59 @@ def test_results_file_is_json_with_metadata(staged, tmp_path):
     assert data["dims"] == {"K": 4096, "M": 256}
     assert data["results"] == [{"config": {"BK": 16, "BM": 64, "EXTRA": 0, "stages": 1}, "status": "ok",
                                 "time_us": 2.0, "reason": "", "group": ""}]
+
+
+# ---------------------------------------------------------------------------------- the cost model
+
+MISS_SPACE = {"BM": (16, 32, 64), "BN": (64, 128, 256), "stages": (2, 3)}
+
+
+def _estimates(p) -> dict[str, float]:
+    """Every survivor's estimate, computed here from the model directly (not through rank_by_model)."""
+    from passes.cost_model import estimate
+    from passes.manager import parse_pipeline, run_pipeline
+    from tkc.schedule import MODEL_PIPELINE
+
+    return {tune.config_key(c): estimate(run_pipeline(driver.frontend(p.path, {**p.dims, **c}, p.text),
+                                                      parse_pipeline(MODEL_PIPELINE)), {}).time_us
+            for c in p.survivors}
+
+
+def test_model_top_times_only_the_models_best(tmp_path):
+    """`tkc tune --model-top K` (issue 13: the cost model inside `tkc tune`): the K survivors
+    with the lowest estimates, best first, are the only ones compiled and timed, and the report
+    shows each one's estimate next to its time."""
+    path = os.path.join(ROOT, "examples", "miss.tk")
+    p = tune_search.plan(path, {}, MISS_SPACE)
+    est = _estimates(p)
+    assert len(set(est.values())) > 2  # the model tells the configurations apart
+    p = tune_search.rank_by_model(p, 3)
+    assert len(p.survivors) == 3 and p.model_dropped == len(est) - 3
+    kept = [est[tune.config_key(c)] for c in p.survivors]
+    assert kept == sorted(kept) and kept[-1] <= min(v for k, v in est.items()
+                                                    if k not in {tune.config_key(c) for c in p.survivors})
+    calls = []
+
+    def ms(c):
+        return 0.001 * c["BM"] + 1e-5 * c["BN"] + 1e-6 * c["stages"]
+
+    records, results = tune_search.search(p, "tilelang", Cache(str(tmp_path / "cache")), "Fake GPU",
+                                          measure=lambda c: calls.append(dict(c)) or ms(c))
+    assert sorted(map(tune.config_key, calls)) == sorted(map(tune.config_key, p.survivors))
+    text = tune_search.report(p, records, "tilelang", "Fake GPU", 5, results)
+    assert f"cost model: timing the 3 best of {len(est)} survivors" in text
+    assert "  rank  time (us)  vs best  model (us)" in text
+    best = min(p.survivors, key=ms)
+    assert f"{est[tune.config_key(best)]:.2f}" in text.split("model (us)")[1].splitlines()[1]
+
+
+def test_cli_dry_run_with_the_model(capsys):
+    path = os.path.join(ROOT, "examples", "miss.tk")
+    rc, out, err = cli(capsys, "tune", path, "--dry-run", "--space", "BM=16,32,64", "--space", "BN=64,128,256",
+                       "--space", "stages=2,3", "--model-top", "4")
+    assert rc == 0, err
+    assert "pruned: 18 survive, 0 rejected" in out and "cost model: timing the 4 best of 18 survivors" in out
+    shown = [float(line.split("(model: ")[1].split(" us)")[0]) for line in out.splitlines() if "(model: " in line]
+    assert len(shown) == 4 and shown == sorted(shown)
+    est = _estimates(tune_search.plan(path, {}, MISS_SPACE))
+    assert shown == [round(v, 2) for v in sorted(est.values())[:4]]

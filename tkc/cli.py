@@ -99,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--top", type=int, default=10, help="rows of the timed table (default 10)")
     t.add_argument("--dry-run", action="store_true", help="print the pruned space only (no GPU needed)")
     t.add_argument("--retime", action="store_true", help="time again configurations an earlier run measured")
+    t.add_argument("--model-top", type=int, default=None, metavar="K",
+                   help="compile and time only the K survivors the cost model ranks best (passes/cost_model.py); "
+                   "the table shows its estimate next to each time")
 
     g = sub.add_parser("llama", help="generate text with a llama2.c model whose every decode op is a tkc kernel")
     g.add_argument("model", help="a llama2.c checkpoint: legacy (run.c) or export.py's version 1 / 2")
@@ -286,10 +289,12 @@ def cmd_tune(args) -> int:
         if name in space:
             raise error(tune.COMMAND_LINE, f"`--space {name}` is given twice", "list every value in one `--space`")
         space[name] = values
-    if args.top < 1 or (args.jobs is not None and args.jobs < 1):
-        raise error(tune.COMMAND_LINE, "`--top` and `--jobs` must be at least 1")
+    if args.top < 1 or (args.jobs is not None and args.jobs < 1) or (args.model_top is not None and args.model_top < 1):
+        raise error(tune.COMMAND_LINE, "`--top`, `--jobs` and `--model-top` must be at least 1")
     progress = sys.stderr.isatty()
     p = tune_search.plan(args.file, dict(args.defines), space, progress)
+    if args.model_top is not None and p.survivors:
+        p = tune_search.rank_by_model(p, args.model_top)
     if args.dry_run:
         sys.stdout.write(tune_search.report_dry_run(p, args.target, args.top))
     if not p.survivors:

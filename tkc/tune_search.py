@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dsl import ast as A
 from dsl.diagnostics import TkError, error
@@ -45,6 +45,10 @@ class Plan:
     survivors: list[dict[str, int]]
     rejected: list[Record]
     seconds: float  # pruning time
+    # `--model-top K`: the cost model's estimate (us) of every survivor by config_key, and how
+    # many survivors it left untimed (rank_by_model)
+    model_us: dict[str, float] = field(default_factory=dict)
+    model_dropped: int = 0
 
 
 def resolve_dims(kernel: A.Kernel, defines: dict[str, int]) -> dict[str, int]:
@@ -97,6 +101,42 @@ def plan(path: str, defines: dict[str, int], space_args: dict[str, tuple[int, ..
             if i % 256 == 255:
                 bar.advance(task, 256)
     return Plan(path, text, kernel, dims, space, survivors, rejected, time.perf_counter() - t0)
+
+
+def rank_by_model(p: Plan, keep: int) -> Plan:
+    """`p` with its survivors ordered by the cost model's estimate at the plan's dims
+    (passes/cost_model.py, the estimate `schedule="model"` ranks by: HBM and L2 bytes, L2 reuse
+    by grid order, occupancy and waves, the chain of dependent trips) and cut to the `keep` best;
+    the estimates go into `p.model_us`. A survivor the model cannot lower keeps its place at the
+    end (estimate inf), so a model gap never drops a configuration silently before one it ranked."""
+    from passes.cost_model import estimate
+    from passes.manager import parse_pipeline, run_pipeline
+    from tkc import driver
+    from tkc.schedule import MODEL_PIPELINE
+
+    passes = parse_pipeline(MODEL_PIPELINE)
+    est = {}
+    for c in p.survivors:
+        try:
+            module = run_pipeline(driver.frontend(p.path, {**p.dims, **c}, p.text), passes)
+            est[config_key(c)] = estimate(module, {}).time_us
+        except TkError:
+            est[config_key(c)] = math.inf
+    ranked = sorted(p.survivors, key=lambda c: est[config_key(c)])
+    p.survivors, p.model_us, p.model_dropped = ranked[:keep], est, max(0, len(ranked) - keep)
+    return p
+
+
+def _model_line(p: Plan) -> list[str]:
+    if not p.model_us:
+        return []
+    return [f"cost model: timing the {len(p.survivors)} best of {len(p.survivors) + p.model_dropped} survivors by its "
+            "estimate (passes/cost_model.py; `--model-top` sets how many)"]
+
+
+def _model_us(p: Plan, config: dict[str, int]) -> str:
+    v = p.model_us.get(config_key(config), math.inf)
+    return f"{v:.2f}" if math.isfinite(v) else "-"
 
 
 # ---------------------------------------------------------------------------------- compiling
@@ -265,11 +305,12 @@ def _grouped(records: list[Record]) -> list[str]:
 def report_dry_run(p: Plan, target: str, top: int) -> str:
     """The text `tkc tune --dry-run` prints: the space, rejection counts by reason, survivors."""
     lines = [_header(p, target, None), _space_line(p),
-             f"pruned: {len(p.survivors)} survive, {len(p.rejected)} rejected"]
+             f"pruned: {len(p.survivors) + p.model_dropped} survive, {len(p.rejected)} rejected"]
     lines += _grouped(p.rejected)
+    lines += _model_line(p)
     if p.survivors:
-        lines.append(f"survivors{f' (first {top})' if len(p.survivors) > top else ''}:")
-        lines += [f"  {config_key(c)}" for c in p.survivors[:top]]
+        lines.append(f"survivors{' by the model' if p.model_us else ''}{f' (first {top})' if len(p.survivors) > top else ''}:")
+        lines += [f"  {config_key(c)}{f'  (model: {_model_us(p, c)} us)' if p.model_us else ''}" for c in p.survivors[:top]]
     return "\n".join(lines) + "\n"
 
 
@@ -285,6 +326,7 @@ def report(p: Plan, records: list[Record], target: str, device: str, top: int, r
     lines = [_header(p, target, device), _space_line(p),
              f"{len(pruned)} rejected before compiling, {len(timed) + len(failed)} compiled"
              f"{f' ({reused} measured by an earlier run)' if reused else ''}, {len(timed)} timed"]
+    lines += _model_line(p)
     if fixed:
         lines.append(f"fixed: {config_key(fixed)}")
     winner = best(timed)
@@ -292,10 +334,12 @@ def report(p: Plan, records: list[Record], target: str, device: str, top: int, r
         lines.append(f"best: {config_key(winner.config)}: {winner.time_us:.2f} us")
     if timed:
         widths = [max(len(n), 5) for n in varying]
-        lines.append("  rank  time (us)  vs best  " + "  ".join(n.rjust(w) for n, w in zip(varying, widths)))
+        model = "  model (us)" if p.model_us else ""
+        lines.append(f"  rank  time (us)  vs best{model}  " + "  ".join(n.rjust(w) for n, w in zip(varying, widths)))
         for i, r in enumerate(timed[:top]):
             cols = "  ".join(str(r.config[n]).rjust(w) for n, w in zip(varying, widths))
-            lines.append(f"  {i + 1:>4}  {r.time_us:>9.2f}  {r.time_us / winner.time_us:>6.2f}x  {cols}")
+            est = f"  {_model_us(p, r.config):>10}" if p.model_us else ""
+            lines.append(f"  {i + 1:>4}  {r.time_us:>9.2f}  {r.time_us / winner.time_us:>6.2f}x{est}  {cols}")
         if len(timed) > top:
             lines.append(f"  ... {len(timed) - top} more timed (`--top {len(timed)}` shows all)")
     if failed:
