@@ -7,6 +7,7 @@ unknown ops or values raise :class:`dsl.diagnostics.TkError` located in the IR t
 from __future__ import annotations
 
 import json
+import math
 import os
 from functools import lru_cache
 
@@ -83,7 +84,11 @@ class _Reader:
         if kind == "int":
             return int(kids[0])
         if kind == "float":
-            return float(kids[0])
+            value = float(kids[0])
+            if not math.isfinite(value):  # the printer writes finite numbers only
+                raise error(self.here(kids[0]), f"attribute value `{kids[0]}` is not a finite number",
+                            "IR attributes hold finite numbers")
+            return value
         if kind == "string":
             return json.loads(kids[0])
         if kind in ("true", "false"):

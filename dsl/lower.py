@@ -15,7 +15,7 @@ from dsl import ops as O
 from dsl.diagnostics import Loc, error
 from dsl.ir import Module, Region, Value
 from dsl.types import DTYPES, TileType
-from dsl.lower_expr import BIN_OPS, ExprLowerer
+from dsl.lower_expr import _BOOL_HINT, BIN_OPS, ExprLowerer
 from dsl.verifier import verify
 from dsl.warp_tiling import warp_threads_problem, warp_tiling
 from dsl.parser import TOO_DEEP, TOO_DEEP_NOTE
@@ -101,7 +101,7 @@ class _Lowerer(ExprLowerer):
                             f"move it to the outputs (`-> (mut {p.name}: ...)`): the caller then passes it "
                             "after the inputs and the kernel stores into it")
         for p in k.inputs:
-            if p.dims is None:
+            if p.dims is None and not S.is_sparse(p):  # a pattern without dims: define_pattern says so
                 if p.dtype != "i32":
                     raise error(p.loc, f"runtime scalar `{p.name}` has dtype `{p.dtype}`; runtime scalars are `i32`",
                                 f"declare it `{p.name}: i32`, or pass a tensor (`{p.name}: {p.dtype}[1]`)")
@@ -175,7 +175,7 @@ class _Lowerer(ExprLowerer):
         if not k.outputs:
             raise error(k.loc, f"kernel `{k.name}` has no outputs")
         for p in k.inputs + k.outputs:
-            if p.dims is None:
+            if p.dims is None and not S.is_sparse(p):
                 continue
             if S.is_sparse(p):
                 if p in k.outputs:
@@ -455,6 +455,8 @@ class _Lowerer(ExprLowerer):
             self.emit(O.ReduceOp(operands=[x, value], attrs={"fn": "sum", "axis": axis}, loc=s.value.loc))
         else:
             value = self.tile(s.value)
+            if "bool" in (target.type.dtype, value.type.dtype):
+                raise error(s.loc, f"`{s.op}=` is not defined on bool tiles", _BOOL_HINT)
         self.check_shape(target.type, value.type, s.value.loc, f"`{s.op}=` on `{s.target}`", broadcast=True)
         self.emit(O.ElementwiseOp(operands=[target, value, target], attrs={"fn": BIN_OPS[s.op]}, loc=s.loc))
 

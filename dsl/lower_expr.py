@@ -73,6 +73,19 @@ def _fold_node(e: A.Expr, env: dict[str, int], memo: dict) -> int | float | None
     return None
 
 
+def _zero_divisor(e: exprs.Expr, env: dict[str, int]) -> str | None:
+    """The operator (`/`, `%`, `cdiv`) of a division in `e` whose divisor is 0 under `env`."""
+    if isinstance(e, exprs.Bin) or (isinstance(e, exprs.Call) and e.fn == "cdiv"):
+        a, b = (e.a, e.b) if isinstance(e, exprs.Bin) else e.args
+        op = e.op if isinstance(e, exprs.Bin) else "cdiv"
+        if op in ("/", "%", "cdiv") and exprs.names(b) <= set(env) and exprs.evaluate(b, env) == 0:
+            return op
+        return _zero_divisor(a, env) or _zero_divisor(b, env)
+    if isinstance(e, (exprs.Call, exprs.Load)):
+        return next(filter(None, (_zero_divisor(x, env) for x in e.args)), None)
+    return None
+
+
 def fold_int(e: A.Expr, env: dict[str, int]) -> int | None:
     """The integer value of `e` over `env` (index-expression rules), None if it has none."""
     v = _fold(e, env, {})
@@ -293,8 +306,19 @@ class ExprLowerer:
         index, a runtime scalar, a tensor element) used as a number in a tile expression: a
         one-element f32 tile holding its value, which broadcasts (`x * (pos + b)`)."""
         v = self.temp(TileType("frag", "f32", (exprs.Num(1),)), e.loc)
-        self.emit(O.FillOp(operands=[v], attrs={"value": 0.0, "index": exprs.to_str(self.index(e))}, loc=e.loc))
+        self.emit(O.FillOp(operands=[v], attrs={"value": 0.0, "index": exprs.to_str(self.runtime_index(e))},
+                           loc=e.loc))
         return v
+
+    def runtime_index(self, e: A.Expr) -> exprs.Expr:
+        """`e` as an index expression whose value a tile takes when the kernel runs (no pass
+        bounds it): a located error when it divides by a divisor that is 0 at these dims."""
+        expr = self.index(e)
+        op = _zero_divisor(expr, self.env)
+        if op is not None:
+            raise error(e.loc, f"division by zero in `{op}` of a number known only when the kernel runs",
+                        "its divisor is 0 with these dims and constants")
+        return expr
 
     def load(self, e: A.Index, space: str) -> Value:
         tensor = self.lookup(e.base)
@@ -393,8 +417,14 @@ class ExprLowerer:
         return tuple(da if x >= y else db for x, y, da, db in zip(sa, sb, shape, sb_sym))
 
     def number(self, e: A.Expr) -> float | None:
-        """`e`'s value if it is a number (a literal, dims and constants; see `_number`)."""
-        return _number(e, self.env, self.number_memo)
+        """`e`'s value if it is a number (a literal, dims and constants; see `_number`); a located
+        error when it is not finite (IR attributes, and so every target, hold finite numbers)."""
+        v = _number(e, self.env, self.number_memo)
+        if v is not None and not math.isfinite(v):
+            raise error(e.loc, f"this number is {v}: numbers in tile expressions must be finite",
+                        "a float overflows past 1.8e308; for a value below every other write a large finite "
+                        "one, e.g. `-1e30` (as examples/attention.tk does)")
+        return v
 
     def elementwise(self, fn: str, a: Value, b: Value, loc: Loc, what: str, dtype: str | None = None) -> Value:
         """A fresh frag tile holding fn(a, b) (of `dtype`, else the promoted dtype); dims of size 1
@@ -484,7 +514,8 @@ class ExprLowerer:
                 value = self.number(args[1])
                 if value is None and self.is_index(args[1]):  # a runtime value: `full(f32[1, N], pos)`
                     v = self.temp(t, e.loc)
-                    self.emit(O.FillOp(operands=[v], attrs={"value": 0.0, "index": exprs.to_str(self.index(args[1]))},
+                    self.emit(O.FillOp(operands=[v], attrs={"value": 0.0,
+                                                            "index": exprs.to_str(self.runtime_index(args[1]))},
                                        loc=e.loc))
                     return v
                 if value is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from dsl import exprs
-from dsl.ir import Op
+from dsl.ir import Op, format_attr
 from dsl.types import FLOAT_DTYPES
 from dsl.warp_tiling import warp_tiling
 
@@ -103,7 +103,7 @@ class LaunchOp(Op):
     name = "tile.launch"
 
     def verify(self, fail, env):
-        grid = self.attrs.get("grid", [])
+        grid = self.attrs["grid"]
         if "tiles" in self.attrs:  # a grid over the tiles of a sparse pattern: one extent, vars m, n
             if len(grid) != 1 or len(self.attrs.get("vars", [])) != 2 or len(self.attrs.get("tile_shape", [])) != 2:
                 fail("a `tiles` grid has one extent, two vars and a 2-entry `tile_shape`")
@@ -153,6 +153,9 @@ class FillOp(Op):
     def verify(self, fail, env):
         if len(self.operands) != 1 or self.operands[0].type.space == "global":
             fail("`tile.fill` takes one tile buffer")
+            return
+        if not 0 <= self.attrs.get("axis", 0) < max(self.operands[0].type.rank, 1):
+            fail(f"`iota` axis {self.attrs['axis']} out of range for rank {self.operands[0].type.rank}")
 
 
 class CopyOp(Op):
@@ -280,10 +283,7 @@ class ReduceOp(Op):
             return
         if "bool" in (self.operands[0].type.dtype, self.operands[1].type.dtype):
             fail("`tile.reduce` on a bool tile")
-        accumulate = self.attrs.get("accumulate", False)
-        if not isinstance(accumulate, bool):
-            fail(f"`accumulate` must be true or false, got {accumulate!r}")
-            return
+        accumulate = self.attrs.get("accumulate", False)  # a bool (check_attrs)
         # No syntax makes a max/min accumulate (`acc += amax(x, 1)` adds the maximum), so no
         # backend implements one.
         if accumulate and self.attrs["fn"] != "sum":
@@ -469,6 +469,87 @@ OPS: dict[str, type[Op]] = {
 }
 
 # Attributes that hold index expressions (strings), checked for names in scope by the verifier.
+# The attributes of each op, as IR text may give them: name -> (kind, required). Kinds: expr (an
+# index expression, a string), exprs (a list of them), name / names (identifiers), int / ints,
+# number (int or float), bool / bools, str / strs, int_dict (name -> int), scalars ([name, dtype,
+# position] each), sparse ([name, format, position, M, N] each). The verifier checks them before
+# each op's own `verify`, so that passes and backends can rely on the types.
+ATTRS: dict[str, dict[str, tuple[str, bool]]] = {
+    "tile.func": {"sym_name": ("str", False), "dims": ("int_dict", False), "consts": ("int_dict", False),
+                  "outputs": ("ints", True), "reference": ("str", False), "static": ("strs", False),
+                  "scalars": ("scalars", False), "scalar_refs": ("strs", False), "dynamic": ("int_dict", False),
+                  "mutable": ("ints", False), "sparse": ("sparse", False), "tiled": ("bool", False)},
+    "tile.require": {"cond": ("expr", True), "runtime": ("bool", False)},
+    "tile.launch": {"grid": ("exprs", True), "vars": ("names", True), "threads": ("expr", True),
+                    "cluster": ("exprs", False), "ranks": ("names", False), "tiles": ("name", False),
+                    "tile_shape": ("exprs", False)},
+    "tile.alloc": {"stages": ("int", False), "dsmem": ("bool", False)},
+    "tile.fill": {"value": ("number", False), "index": ("expr", False), "axis": ("int", False)},
+    "tile.copy": {"src_offsets": ("exprs", False), "dst_offsets": ("exprs", False), "src_steps": ("ints", False),
+                  "dst_steps": ("ints", False), "checked": ("bools", False), "async": ("bool", False)},
+    "tile.elementwise": {"fn": ("str", True), "scalar": ("number", False)},
+    "tile.reduce": {"fn": ("str", True), "axis": ("int", True), "accumulate": ("bool", False)},
+    "tile.gemm": {"warp": ("exprs", False), "thread": ("exprs", False)},
+    "tile.sampled_gemm": {"a_offsets": ("exprs", True), "b_offsets": ("exprs", True), "tile": ("exprs", True),
+                          "pattern": ("name", True), "dot_below": ("int", False), "mma": ("ints", False)},
+    "tile.for": {"var": ("name", True), "kind": ("str", True), "lo": ("expr", True), "hi": ("expr", True),
+                 "stages": ("expr", False), "pipelined": ("bool", False)},
+    "tile.peer_copy": {"rank": ("exprs", True), "dsmem": ("bool", False)},
+    "tile.peer_store": {"rank": ("exprs", True), "dsmem": ("bool", False)},
+    "tile.cluster_barrier": {"inserted": ("bool", False), "reason": ("str", False), "relaxed": ("bool", False)},
+}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_name(v) -> bool:
+    return isinstance(v, str) and v.isidentifier()
+
+
+def _list_of(test):
+    return lambda v: isinstance(v, list) and all(test(x) for x in v)
+
+
+_ATTR_KINDS = {  # kind -> (test, what it must be)
+    "expr": (lambda v: isinstance(v, str), "an index expression (a string)"),
+    "exprs": (_list_of(lambda x: isinstance(x, str)), "a list of index expressions (strings)"),
+    "name": (_is_name, "a name"),
+    "names": (_list_of(_is_name), "a list of names"),
+    "int": (_is_int, "an integer"),
+    "ints": (_list_of(_is_int), "a list of integers"),
+    "number": (lambda v: _is_int(v) or isinstance(v, float), "a number"),
+    "bool": (lambda v: isinstance(v, bool), "`true` or `false`"),
+    "bools": (_list_of(lambda x: isinstance(x, bool)), "a list of `true`/`false`"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "strs": (_list_of(lambda x: isinstance(x, str)), "a list of strings"),
+    "int_dict": (lambda v: isinstance(v, dict) and all(_is_name(k) and _is_int(x) for k, x in v.items()),
+                 "a dict of names to integers"),
+    "scalars": (_list_of(lambda x: isinstance(x, list) and len(x) == 3 and _is_name(x[0])
+                         and isinstance(x[1], str) and _is_int(x[2])), "a list of [name, dtype, position]"),
+    "sparse": (_list_of(lambda x: isinstance(x, list) and len(x) == 5 and _is_name(x[0])
+                        and isinstance(x[1], str) and _is_int(x[2]) and all(isinstance(y, str) for y in x[3:])),
+               "a list of [name, format, position, rows, columns]"),
+}
+
+
+def check_attrs(op: Op, fail) -> bool:
+    """Whether `op`'s attributes have the kinds of ATTRS (`fail` for each one that does not)."""
+    ok = True
+    for key, (kind, required) in ATTRS.get(op.name, {}).items():
+        if key not in op.attrs:
+            if required:
+                fail(f"`{op.name}` needs attribute `{key}`")
+                ok = False
+            continue
+        test, what = _ATTR_KINDS[kind]
+        if not test(op.attrs[key]):
+            fail(f"attribute `{key}` of `{op.name}` must be {what}, got {format_attr(op.attrs[key])}")
+            ok = False
+    return ok
+
+
 EXPR_ATTRS = ("cond", "grid", "threads", "src_offsets", "dst_offsets", "lo", "hi", "stages", "cluster", "rank",
               "index", "warp", "thread", "a_offsets", "b_offsets", "tile", "tile_shape")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dsl import exprs
 from dsl.diagnostics import Diagnostic, TkError
 from dsl.ir import Module, Op
-from dsl.ops import OPS, expr_attrs
+from dsl.ops import EXPR_ATTRS, OPS, check_attrs
 from dsl.warp_tiling import warp_threads_problem, warp_tiling
 
 # Where each op may appear: the kind of its parent (None = top level).
@@ -24,8 +24,13 @@ _IN_KERNEL = {"tile.launch", "tile.for"}
 def verify(module: Module, stage: str = "") -> None:
     """Check `module`; `stage` (e.g. "after pass `tile`") is added to each message."""
     diags: list[Diagnostic] = []
-    env = module.env
     suffix = f" ({stage})" if stage else ""
+    def fail_func(msg: str) -> None:  # the dims, constants and scalars every other check reads
+        diags.append(Diagnostic(module.func.loc, f"invalid IR: {msg}{suffix}"))
+
+    if not check_attrs(module.func, fail_func):
+        raise TkError(diags)
+    env = module.env
 
     def check(op: Op, parent: str | None, values: set, names: set[str], cluster: bool = False,
               threads: int | None = None) -> None:
@@ -43,17 +48,20 @@ def verify(module: Module, stage: str = "") -> None:
         if op.name == "tile.launch":
             cluster = "cluster" in op.attrs
             try:
-                threads = exprs.evaluate(exprs.parse(op.attrs.get("threads", "128")), env)
-            except exprs.ExprError:
+                text = op.attrs.get("threads", "128")
+                threads = exprs.evaluate(exprs.parse(text), env) if isinstance(text, str) else None
+            except exprs.ExprError:  # `_expressions` reports it
                 threads = None
         for v in op.operands:
             if id(v) not in values:
                 fail(f"operand `{v}` is used before it is defined or outside its scope")
-        for key, e in expr_attrs(op):
+        for key, e in _expressions(op, fail):
             unknown = exprs.names(e) - names
             if unknown:
                 fail(f"unknown name `{sorted(unknown)[0]}` in `{key}`")
         try:
+            if not check_attrs(op, fail):  # the op's own checks rely on its attributes' kinds
+                raise _Skip
             op.verify(fail, env)
             if op.name == "tile.gemm" and threads is not None:  # the warp tiling against the launch
                 tiling = warp_tiling(op, env)[0]
@@ -62,6 +70,8 @@ def verify(module: Module, stage: str = "") -> None:
                     fail(problem)
         except exprs.ExprError as exc:
             fail(str(exc))
+        except _Skip:
+            pass
         for r in op.results:
             values.add(id(r))
         inner_names = set(names)
@@ -83,6 +93,24 @@ def verify(module: Module, stage: str = "") -> None:
     _check_unique_names(module, diags, suffix)
     if diags:
         raise TkError(diags)
+
+
+class _Skip(Exception):
+    """An op whose attributes are of the wrong kinds: its own checks are skipped."""
+
+
+def _expressions(op: Op, fail):
+    """(attribute, parsed expression) for each index expression of `op`; `fail` for text that does
+    not parse (check_attrs reports attributes of the wrong kind, which are skipped here)."""
+    for key in EXPR_ATTRS:
+        v = op.attrs.get(key)
+        for text in v if isinstance(v, list) else [v]:
+            if not isinstance(text, str) or (key == "stages" and op.name == "tile.alloc"):
+                continue
+            try:
+                yield key, exprs.parse(text)
+            except exprs.ExprError:
+                fail(f"`{key}` holds a malformed index expression `{text}`")
 
 
 def _check_unique_names(module: Module, diags: list[Diagnostic], suffix: str) -> None:

@@ -33,9 +33,10 @@ def test_ir_locs_name_their_own_line(path):
     that the annotations next to the op meet its diagnostics."""
     rel = os.path.relpath(path, ROOT)
     for i, line in enumerate(open(path, encoding="utf-8").read().split("\n"), 1):
+        indent = len(line) - len(line.lstrip()) + 1
         for file, at, col in re.findall(r'loc\("([^"]*)":(\d+):(\d+)\)', line):
-            assert (file, int(at), int(col)) == (rel, i, len(line) - len(line.lstrip()) + 1), \
-                f"{rel}:{i}: loc(\"{file}\":{at}:{col}) should be loc(\"{rel}\":{i}:{len(line) - len(line.lstrip()) + 1})"
+            assert (file, int(at), int(col)) == (rel, i, indent), \
+                f"{rel}:{i}: loc(\"{file}\":{at}:{col}) should be loc(\"{rel}\":{i}:{indent})"
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -98,8 +99,9 @@ def test_run_line_sets_the_pipeline_of_its_piece_only(tmp_path, capsys):
     compiles with the command line's (default) pipeline and is fine."""
     bad = KERNEL.replace("    where M = 64, K = 32\n", "    where M = 64, K = 32\n    requires M % BM == 0"
                          "  # expected-error {{requirement `M % BM == 0` does not hold}}\n")
-    text = "# RUN: tile{BM=24}\n" + bad + "# -----\n" + KERNEL.replace("C[m*BM", "C[m*BM : +BM, :] = A[m*BM : +BM, :] * Q"
-                                                                       "  # expected-error {{unknown name `Q`}}\n    C[m*BM", 1)
+    unknown = KERNEL.replace("C[m*BM", "C[m*BM : +BM, :] = A[m*BM : +BM, :] * Q  # expected-error {{unknown name `Q`}}"
+                             "\n    C[m*BM", 1)
+    text = "# RUN: tile{BM=24}\n" + bad + "# -----\n" + unknown
     assert _verify(tmp_path, capsys, text) == (0, "")
     rc, err = _verify(tmp_path, capsys, text.replace("# RUN: tile{BM=24}\n", "# RUN: tile{BM=32}\n"))
     assert rc == 1 and "expected error \"requirement `M % BM == 0` does not hold\" on line 4 was not produced" in err

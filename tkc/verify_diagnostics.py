@@ -128,7 +128,10 @@ def parse_run(path: str, line: int, start: int, args: str) -> Run:
     pipeline, defines, dynamic, target, i = None, [], [], None, 0
     while i < len(words):
         w = words[i]
-        opt, eq, value = w.partition("=") if w.startswith("--") else (w[:2], "", w[2:]) if w.startswith("-") else (w, "", "")
+        if w.startswith("--"):  # `--target=cuda` or `--target cuda`
+            opt, eq, value = w.partition("=")
+        else:  # `-DM=5`, `-D M=5`, or a word
+            opt, eq, value = (w[:2], "", w[2:]) if w.startswith("-") else (w, "", "")
         if opt in ("-p", "--pipeline", "-D", "--dynamic", "--target"):
             if not value and not eq:
                 if i + 1 >= len(words):
@@ -155,7 +158,8 @@ def parse_run(path: str, line: int, start: int, args: str) -> Run:
         else:
             pipeline = w
         i += 1
-    col = start + (args.find(pipeline) if pipeline else 0)
+    at = re.search(rf"(?<!\S){re.escape(pipeline)}(?!\S)", args) if pipeline else None
+    col = start + (at.start() if at else 0)  # errors of the pipeline are located from here
     return Run(pipeline, tuple(defines), tuple(dynamic), target, line, col)
 
 
