@@ -567,7 +567,7 @@ def _expr(draw, leaves, depth: int, *, bools, numbers, reduce_n, hi_cap, floats)
     if depth <= 0:
         return leaf()
     choice = draw(st.sampled_from(["leaf", "bin", "bin_num", "div", "fn", "fn", "maxmin", "cast", "where", "reduce",
-                                   "scalar", "boolnum"]))
+                                   "scalar", "boolnum"] + ["reduce"] * (2 if reduce_n else 0)))
     if choice == "leaf":
         return leaf()
     if choice == "boolnum" and (bools or any(isinstance(x, Leaf) for x in leaves)):
