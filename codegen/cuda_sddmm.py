@@ -9,7 +9,8 @@ then tc_ptr, tc_m, tc_n, tc_order, dot_order, then the counts n_tc and n_dot as 
   stream through shared memory in K chunks of BK (cp.async, two stages, zero-filled past M, N
   and K); each warp owns a block of 16x8 mma.sync m16n8k16 atoms (ldmatrix fragments, B's
   transposed; f32 accumulators); the accumulators go to shared memory and the block writes the
-  tile's entries: P[e] = C[row_e - m0][col_e - n0].
+  tile's entries: P[e] = C[row_e - m0][col_e - n0]. The tiles' sizes (and the transposition
+  kernel's) are passes/smem_sddmm.py's `cuda_tiles`, which check-smem-fit{backend=cuda} reads.
 - `<kernel>_dots`: DOT_PER_BLOCK entries of dot_order per block, grid cdiv(n_dot,
   DOT_PER_BLOCK), no shared memory (so the tile kernel's shared memory does not limit its
   occupancy). G lanes per entry (each a strided share of K in 16-byte vectors of A's row and
@@ -28,17 +29,17 @@ from __future__ import annotations
 import json
 
 from dsl import exprs
-from dsl.diagnostics import error
+from dsl.diagnostics import TkError, error
 from dsl.ir import Module, Op
 from codegen.cuda_prelude import C_TYPES, PRELUDE
+from passes import smem_sddmm
+from passes.smem_sddmm import TRANSPOSE_TILE
 from passes.sparse_dispatch import MMA_SHAPE
+from passes.targets import DEFAULT_SM, SMEM_LIMITS
 
 ARCH = "sm_90a"
-TC_DTYPES = ("f16", "bf16")
-SMEM_BUDGET = 96 * 1024  # bytes of the two K stages; larger tiles take a smaller BK
 DOT_ENTRIES = 4  # entries a group of lanes computes at once (their loads overlap)
 DOT_ITERS = 2  # rounds of those per block
-TRANSPOSE_TILE = 64  # B -> Bt tiles (elements per side)
 TRANSPOSE_THREADS = 256
 
 
@@ -74,8 +75,8 @@ def emit(module: Module) -> str:
     M, K = (exprs.evaluate(d, env) if not isinstance(d, int) else d for d in a.type.shape)
     N = b.type.shape[1] if isinstance(b.type.shape[1], int) else exprs.evaluate(b.type.shape[1], env)
     nnz = rows.type.shape[0] if isinstance(rows.type.shape[0], int) else exprs.evaluate(rows.type.shape[0], env)
-    bm, bn = (exprs.evaluate(exprs.parse(t), env) for t in op.attrs["tile"])
-    threads = exprs.evaluate(exprs.parse(launch.attrs["threads"]), env)
+    sizes = smem_sddmm.dims(launch, op, env)
+    bm, bn, threads = sizes.bm, sizes.bn, sizes.threads
     if not 32 <= threads <= 1024 or threads % 32:
         raise error(launch.loc, f"the CUDA backend runs a sampled gemm with whole warps; `threads` is {threads}",
                     "use a multiple of 32 from 32 to 1024")
@@ -83,7 +84,14 @@ def emit(module: Module) -> str:
     if b.type.dtype != dt:
         raise error(op.loc, f"the sampled gemm's operands are {dt} and {b.type.dtype} on the CUDA backend; "
                     "they must have one dtype", "cast one of them in the caller")
-    tc = dt in TC_DTYPES and int(op.attrs.get("dot_below", 0)) <= bm * bn
+    # tensor-core tiles: padded to the mma atom, K in chunks of BK through two shared-memory stages,
+    # sized by passes/smem_sddmm.py (check-smem-fit{backend=cuda} reports one over budget first)
+    fit = smem_sddmm.smem("cuda", sizes, kname)
+    over = fit.diagnostic(launch, SMEM_LIMITS[DEFAULT_SM], DEFAULT_SM)
+    if over is not None:
+        raise TkError([over])
+    tiles = fit.tiles
+    tc = tiles.tc
     dense = out.type.rank == 2
     esize = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8}[dt]
     vec = 16 // esize  # elements per 16-byte vector
@@ -94,19 +102,11 @@ def emit(module: Module) -> str:
         g *= 2
     e_per, iters = DOT_ENTRIES, DOT_ITERS
     dot_per_block = (threads // g) * e_per * iters
-    # tensor-core tiles: padded to the mma atom, K in chunks of BK through two shared-memory stages
-    mm, mn, mk = MMA_SHAPE
-    bmp, bnp = -(-bm // mm) * mm, -(-bn // mn) * mn
-    kp = -(-K // mk) * mk
-    bk = min(kp, 64)
-    bpitch = bnp + 8  # 16 bytes of padding per row keep ldmatrix rows on distinct banks
-    while bk > mk and 2 * (bmp * (bk + 8) + bk * bpitch) * esize > SMEM_BUDGET:
-        bk //= 2
-    apitch = bk + 8
-    stage_elems = bmp * apitch + bk * bpitch
-    cpitch = bnp + 4
+    mm, mn, _ = MMA_SHAPE
+    bmp, bnp, kp, bk = tiles.bmp, tiles.bnp, tiles.kp, tiles.bk
+    apitch, bpitch, cpitch, stage_elems = tiles.apitch, tiles.bpitch, tiles.cpitch, tiles.stage_elems
     asyncs = kvec and N % vec == 0 and bn % vec == 0  # 16-byte cp.async for A's and B's rows
-    smem = max(2 * stage_elems * esize, bmp * cpitch * 4) if tc else 0
+    smem = tiles.smem
     warps = threads // 32
     am, an = bmp // mm, bnp // mn
     wgm = min(am, warps)  # warps along M first (a balanced grid measured no faster on the H100, 2026-11-25)

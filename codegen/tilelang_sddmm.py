@@ -13,7 +13,8 @@ of the tiles' shared memory:
   n*BN + [0, BN), (m, n) = (tc_m[b], tc_n[b]) bound to the grid's index names. GPU: K in chunks
   of BK through shared memory (`T.copy` zero-fills past M, N and K; two pipeline stages when the
   rows allow cp.async), `T.gemm` on tensor cores into an f32 fragment padded up to a shape T.gemm
-  takes (`mma_tile`; f32 operands: a SIMT loop nest), the fragment copied to shared memory; then
+  takes (f32 operands: a SIMT loop nest; the shapes, BK and the stages are passes/smem_sddmm.py's
+  `tilelang_tiles`, which check-smem-fit reads), the fragment copied to shared memory; then
   thread tx writes entries tc_order[tc_ptr[b] + tx + j * threads]: P[e] = C[row_e - m*BM,
   col_e - n*BN]. CPU: the same tile as f32 loops, then its entries one after another. Padding
   rows and columns hold products of neighbouring rows (or zeros) that no entry reads.
@@ -30,10 +31,10 @@ Unsupported forms (anything else in the grid, runtime scalars) are located TkErr
 from __future__ import annotations
 
 from dsl import exprs
-from dsl.diagnostics import error
+from dsl.diagnostics import TkError, error
 from dsl.ir import Op
 from dsl.ops import scalars
-from dsl.types import DTYPES
+from passes import smem_sddmm
 from passes.targets import DEFAULT_SM, SMEM_LIMITS
 
 # The launch data after the outputs, in the runtime's order (tkc/runtime.py, Kernel.__call__), and
@@ -41,8 +42,6 @@ from passes.targets import DEFAULT_SM, SMEM_LIMITS
 EXTRAS = (("Bt", None), ("tc_ptr", "n_tc_ptr"), ("tc_m", "n_tc"), ("tc_n", "n_tc"), ("tc_order", "n_tc_entries"),
           ("dot_order", "n_dot"))
 LENGTHS = ("n_tc", "n_tc_ptr", "n_tc_entries", "n_dot")
-BK_MAX = 64  # K chunk of the GPU tile path: f16 rows of 128 bytes; K <= 64 is one chunk (rounded up to 16)
-STAGES = 2
 
 
 def sampled_gemm(em, launch: Op) -> Op:
@@ -79,28 +78,6 @@ def declare(em, launch: Op) -> str:
     params = [f"{names['Bt']}: T.Tensor(({n}, {k}), {TL_DTYPES[b.type.dtype]})"]
     params += [f"{names[x]}: T.Tensor(({names[length]},), T.int32)" for x, length in EXTRAS[1:]]
     return "".join(", " + p for p in params)
-
-
-def mma_tile(bm: int, bn: int, k: int, threads: int) -> tuple[int, int] | None:
-    """The smallest [TM, TN] >= [BM, BN] that T.gemm takes on tensor cores with `threads` threads
-    and K chunk `k` (codegen/tilelang.py `mma_fits`), or None."""
-    from codegen.tilelang import MMA_MIN, mma_fits
-
-    warps = max(1, threads // 32)
-    tm0 = -(-bm // MMA_MIN[0]) * MMA_MIN[0]
-    tn0 = -(-bn // 8) * 8
-    shapes = [(tm, tn) for tm in range(tm0, tm0 + MMA_MIN[0] * warps + 1, MMA_MIN[0])
-              for tn in range(tn0, tn0 + 16 * warps + 1, 8) if mma_fits(tm, tn, k, threads)]
-    return min(shapes, key=lambda s: (s[0] * s[1], s[0])) if shapes else None
-
-
-def simt_tile(bm: int, bn: int, threads: int) -> tuple[int, int]:
-    """[BM, TN], TN >= BN the smallest whose element count TileLang can lay out over `threads`
-    threads (a multiple or a divisor of the thread count; codegen/tilelang.py `check_fragment`)."""
-    tn = bn
-    while (bm * tn) % threads and threads % (bm * tn):
-        tn += 1
-    return bm, tn
 
 
 def emit_launch(em, launch: Op) -> None:
@@ -189,34 +166,20 @@ class _SddmmBody:
         if self.threads % 32:
             raise error(self.launch.loc, f"target `tilelang` runs a sampled gemm with whole warps; `threads` is "
                         f"{self.threads}", "use a multiple of 32")
-        tc = a.type.dtype in ("f16", "bf16") and self.b.type.dtype == a.type.dtype
-        shape = mma_tile(self.bm, self.bn, 16, self.threads) if tc else None
-        self.mma = shape is not None
-        self.tm, self.tn = shape or simt_tile(self.bm, self.bn, self.threads)
-        self.bk = self.chunk()
+        # sized by passes/smem_sddmm.py (check-smem-fit{backend=tilelang} reports one over budget first)
+        sizes = smem_sddmm.dims(self.launch, self.gemm, em.env)
+        fit = smem_sddmm.smem("tilelang", sizes, em.m.func.attrs.get("sym_name", "kernel"))
+        over = fit.diagnostic(self.launch, SMEM_LIMITS[DEFAULT_SM], DEFAULT_SM)
+        if over is not None:
+            raise TkError([over])
+        self.tiles = fit.tiles
+        self.mma, self.tm, self.tn, self.bk = self.tiles.mma, self.tiles.tm, self.tiles.tn, self.tiles.bk
         self.a_tile, self.b_tile = self.name("A_tile"), self.name("B_tile")
         self.c_frag, self.c_tile = self.name("C_frag"), self.name("C_tile")
         self.line(3, f"{self.a_tile} = T.alloc_shared(({self.tm}, {self.bk}), {dt})")
         self.line(3, f"{self.b_tile} = T.alloc_shared(({self.bk}, {self.tn}), {self.tl[self.b.type.dtype]})")
         self.line(3, f"{self.c_frag} = T.alloc_fragment(({self.tm}, {self.tn}), T.float32)")
         self.line(3, f"{self.c_tile} = T.alloc_shared(({self.tm}, {self.tn}), T.float32)")
-
-    def chunk(self) -> int:
-        """BK: the largest K chunk of BK_MAX, 32, 16 (at most K rounded up to 16) whose shared
-        tiles fit sm_90's budget: STAGES x (TM + TN) x BK operand elements and the f32 TM x TN
-        tile. A located TkError when even BK = 16 does not fit."""
-        size = DTYPES[self.a.type.dtype][0]
-        limit = SMEM_LIMITS[DEFAULT_SM]
-        k16 = -(-self.k // 16) * 16
-        for bk in (BK_MAX, 32, 16):
-            bk = min(bk, k16)
-            if STAGES * (self.tm + self.tn) * bk * size + self.tm * self.tn * 4 <= limit:
-                return bk
-        ops, tile = STAGES * (self.tm + self.tn) * 16 * size, self.tm * self.tn * 4
-        raise error(self.gemm.loc, f"the sampled gemm's {self.tm} x {self.tn} tile needs {ops + tile} bytes of "
-                    f"shared memory on target `tilelang`; limit is {limit} on {DEFAULT_SM}",
-                    f"{STAGES} stages of A and B chunks of K = 16: {ops} bytes; the f32 tile: {tile} bytes",
-                    "use a smaller BM or BN")
 
     def corner(self) -> tuple[str, str]:
         from codegen.tilelang import tl_expr
@@ -228,13 +191,8 @@ class _SddmmBody:
         m0, n0 = self.corner()
         A, B = em.name(self.a), em.name(self.b)
         ko = self.name("ko")
-        size = DTYPES[self.a.type.dtype][0]
-        # TileLang 0.1.15 makes every copy in a pipelined loop a cp.async and fails on a 2-byte
-        # one (codegen/tilelang.py `async_copy_ok`): rows of A and B must be 4-byte multiples
-        aligned = (self.k * size) % 4 == 0 and (self.n * size) % 4 == 0
-        stages = STAGES if aligned else 0
         self.line(depth, f"T.clear({self.c_frag})")
-        self.line(depth, f"for {ko} in T.Pipelined({-(-self.k // self.bk)}, num_stages={stages}):")
+        self.line(depth, f"for {ko} in T.Pipelined({-(-self.k // self.bk)}, num_stages={self.tiles.stages}):")
         self.line(depth + 1, f"T.copy({A}[{m0}, {ko} * {self.bk}], {self.a_tile})")
         self.line(depth + 1, f"T.copy({B}[{ko} * {self.bk}, {n0}], {self.b_tile})")
         if self.mma:

@@ -17,12 +17,18 @@ Options: `target` (passes/targets.py: sm_90 232448 bytes with opt-in, sm_80 1669
 
 The backend models need concrete tile shapes (after `tile`); before it, or where a dim is
 dynamic on `cuda`, the pass falls back to `sum` (evaluated under the kernel's dims and constants).
-tests/test_smem_fit.py checks the models against ptxas and TileLang's lowering for every example.
+A sampled gemm (a `tiles` grid, SDDMM) has no `tile.alloc`: its kernels' tiles are those the
+backend's SDDMM lowering stages (passes/smem_sddmm.py, the code codegen/cuda_sddmm.py and
+codegen/tilelang_sddmm.py emit from), the estimate is its largest kernel's (on `cuda` the tile
+kernel's dynamic bytes or the transposition kernel's static tile) and `sum` adds the TileLang
+tiles up. tests/test_smem_fit.py checks the models against ptxas and TileLang's lowering for every
+example.
 
 Over budget is a located error at the `grid` statement with one note per shared buffer (its
 bytes x stages and where it comes from; with `tilelang`, the bytes it adds to the total, 0 when
 it reuses another tile's) and a concrete fix: the largest stage count that fits, or how far the
-largest tile must shrink. The module is returned unchanged.
+largest tile must shrink (a sampled gemm: a note per staged operand and the first smaller BM x BN
+that fits). The module is returned unchanged.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from dsl import exprs
 from dsl.diagnostics import Diagnostic, TkError, error
 from dsl.ir import Module, Op
 from dsl.ops import dynamic_dims
-from passes import smem_tilelang
+from passes import smem_sddmm, smem_tilelang
 from passes.cuda_placement import make_plan, smem_diagnostic
 from passes.options import PIPELINE_LOC, options_from
 from passes.targets import DEFAULT_SM, SMEM_LIMITS
@@ -73,6 +79,9 @@ def smem_estimate(module: Module, launch: Op, backend: str) -> int:
 def _model(module: Module, launch: Op, backend: str):
     """(bytes, the model's own plan or None) of `launch` under `backend`, falling back to `sum`
     where the backend model does not apply (see the module docstring)."""
+    sampled = smem_sddmm.model(module, launch, backend)
+    if sampled is not None:  # a sampled gemm's kernels: the backend's own tiles
+        return sampled.total, sampled
     if backend != "sum" and concrete(launch) and not (backend == "cuda" and dynamic_dims(module.func)):
         if backend == "cuda":
             threads = exprs.evaluate(exprs.parse(str(launch.attrs.get("threads", "128"))), {})
@@ -120,7 +129,9 @@ class CheckSmemFitPass:
             if total <= limit:
                 continue
             kernel = module.func.attrs.get("sym_name")
-            if isinstance(plan, smem_tilelang.TlPlan):
+            if isinstance(plan, smem_sddmm.SddmmSmem):
+                diags.append(plan.diagnostic(launch, limit, self.target))
+            elif isinstance(plan, smem_tilelang.TlPlan):
                 diags.append(_tilelang_diagnostic(plan, launch, kernel, limit, self.target))
             elif plan is not None:
                 diags.append(smem_diagnostic(plan, launch, kernel, limit, self.target))

@@ -82,6 +82,12 @@ def gemm_instruction(op: Op, threads: int) -> str:
     if a.type.space != "shared" or b.type.space != "shared":
         return "simt"
     (m, k), n = a.type.concrete_shape({}), b.type.concrete_shape({})[1]  # after `tile`
+    return tensor_core_instruction(m, n, k, threads)
+
+
+def tensor_core_instruction(m: int, n: int, k: int, threads: int) -> str:
+    """How T.gemm runs an m x n x k tile of f16/bf16 shared operands with an f32 accumulator and
+    `threads` threads: `wgmma`, `mma`, or `simt` where `mma_fits` rejects the shape."""
     if not mma_fits(m, n, k, threads):
         return "simt"
     return "wgmma" if m >= 64 and (threads // 32) % 4 == 0 else "mma"

@@ -1,0 +1,318 @@
+"""Shared memory of the sampled gemm's kernels (SDDMM), per backend: one computation for the backends and check-smem-fit.
+
+A `tiles` grid holding one `tile.sampled_gemm` has no `tile.alloc`: its kernels stage tiles of
+the operands through shared memory that the backends size from BM, BN, K, the operands' dtype
+and the thread count. codegen/cuda_sddmm.py and codegen/tilelang_sddmm.py emit exactly what
+`cuda_tiles` and `tilelang_tiles` say, and check-smem-fit reads the same objects (`model`), so
+the estimate is what the kernels declare (tests/test_smem_fit.py: ptxas and TileLang's lowering).
+
+* `cuda` (`cuda_tiles`), three kernels, each within the limit on its own:
+  - `<kernel>` (the tensor-core tiles): A's rows [BMP][BK + 8] and B's columns [BK][BNP + 8]
+    in two K stages of dynamic shared memory (BMP x BNP: BM x BN padded to the m16n8k16 atom;
+    8 elements of row padding keep ldmatrix rows on distinct banks), BK the K chunk: K rounded
+    up to 16, at most 64, halved while the two stages exceed SMEM_BUDGET. After the K loop the
+    f32 products [BMP][BNP + 4] take the stages' bytes: max(stages, products). No such kernel
+    when no tile goes to tensor cores (f32/f64 operands, or `dot_below` over BM x BN).
+  - `<kernel>_transpose_b` (B -> Bt): a static [64][64 + one 16-byte vector] tile of B's dtype.
+  - `<kernel>_dots`: none.
+* `tilelang` (`tilelang_tiles`), the tile kernel: `A_tile` [TM, BK] and `B_tile` [BK, TN], two
+  pipeline copies each (one when a row of A or B is not a 4-byte multiple: `num_stages=0`), and
+  the f32 `C_tile` [TM, TN] after the K loop; TM x TN is BM x BN padded to a shape T.gemm takes
+  on tensor cores (`mma_tile`), else (f32 operands) to one TileLang lays out over the threads
+  (`simt_tile`). TileLang merges them (passes/smem_tilelang.py: C_tile reuses the chunks'
+  bytes; 1024-byte alignment for wgmma operands); BK is the largest of 64, 32, 16 (at most K
+  rounded up to 16) whose total fits sm_90. The dot kernel has none.
+* `sum` (check-smem-fit's default option): the TileLang tiles' bytes x copies, no reuse.
+
+Over budget (`SddmmSmem.diagnostic`) is one error at the `grid` statement, the same as a tile
+kernel's (passes/check_smem_fit.py, passes/cuda_placement.py): a note per staged operand and the
+products' tile, and a fix: the first smaller BM x BN (halving the larger extent) that fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from dsl import exprs
+from dsl.diagnostics import Diagnostic
+from dsl.ir import Module, Op
+from dsl.types import DTYPES
+from passes.smem_tilelang import ALIGN, MMA_MIN, WGMMA_ALIGN, TlBuffer, mma_fits, pack, tensor_core_instruction
+from passes.sparse_dispatch import MMA_DTYPES, MMA_SHAPE
+from passes.targets import DEFAULT_SM, SMEM_LIMITS
+
+# cuda
+SMEM_BUDGET = 96 * 1024  # bytes of the two K stages; larger tiles take a smaller BK
+CUDA_STAGES = 2
+ROW_PAD = 8  # elements after each staged row (16 bytes of f16: ldmatrix rows on distinct banks)
+PRODUCT_PAD = 4  # f32 elements after each row of the products
+TRANSPOSE_TILE = 64  # B -> Bt tiles (elements per side)
+# tilelang
+BK_MAX = 64  # K chunk of the GPU tile path: f16 rows of 128 bytes; K <= 64 is one chunk (rounded up to 16)
+STAGES = 2
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A tile a sampled-gemm kernel keeps in shared memory (what the over-budget notes name)."""
+
+    what: str  # e.g. "A's rows in K chunks"
+    rows: int
+    cols: int  # elements per row, padding included
+    pad: int  # of which padding
+    dtype: str
+    copies: int
+    extra: str = ""  # how it shares bytes with the others
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.cols * DTYPES[self.dtype][0]
+
+    def note(self) -> str:
+        cols = f"{self.cols - self.pad} + {self.pad}" if self.pad else str(self.cols)
+        copies = f"{self.copies} stage{'s' * (self.copies != 1)} of " if self.copies != 1 else ""
+        return (f"{self.what}: {copies}[{self.rows}][{cols}] {self.dtype} = {self.nbytes * self.copies} bytes"
+                f"{self.extra}")
+
+
+# ---- cuda ----------------------------------------------------------------------------------------
+
+def cuda_tensor_cores(dtype: str, dot_below: int, bm: int, bn: int) -> bool:
+    """Whether the CUDA backend emits the tensor-core tile kernel: f16/bf16 operands and tiles
+    that reach `dot_below` entries (sparse-dispatch's threshold; 0 before it runs)."""
+    return dtype in MMA_DTYPES and dot_below <= bm * bn
+
+
+@dataclass(frozen=True)
+class CudaTiles:
+    """The shared tiles codegen/cuda_sddmm.py emits for BM x BN tiles over K (`cuda_tiles`)."""
+
+    tc: bool  # the tensor-core tile kernel exists
+    dtype: str  # A's and B's
+    bmp: int  # BM, BN, K padded to the mma atom
+    bnp: int
+    kp: int
+    bk: int  # K chunk
+    apitch: int  # elements per staged row of A, B and the products
+    bpitch: int
+    cpitch: int
+    stage_elems: int  # elements of one K stage (A's rows then B's)
+    smem: int  # dynamic bytes of the tile kernel (0 without it)
+    transpose: int  # static bytes of the transposition kernel
+
+    @property
+    def vec(self) -> int:
+        """Elements per 16-byte vector."""
+        return 16 // DTYPES[self.dtype][0]
+
+    def kernels(self, kname: str) -> dict[str, int]:
+        """Shared bytes per block of each kernel of the module."""
+        out = {kname: self.smem} if self.tc else {}
+        out.update({f"{kname}_transpose_b": self.transpose, f"{kname}_dots": 0})
+        return out
+
+    def staged(self, a: str = "A", b: str = "B") -> list[Staged]:
+        """The staged tiles (`a`, `b`: the operands' names)."""
+        if not self.tc:
+            return []
+        stages = CUDA_STAGES * self.stage_elems * DTYPES[self.dtype][0]
+        products = self.bmp * self.cpitch * 4
+        reuse = (", in the stages' bytes after the K loop" if products <= stages else
+                 f", the stages' {stages} bytes reused after the K loop")
+        return [Staged(f"`{a}`'s rows in K chunks", self.bmp, self.apitch, ROW_PAD, self.dtype, CUDA_STAGES),
+                Staged(f"`{b}`'s columns in K chunks", self.bk, self.bpitch, ROW_PAD, self.dtype, CUDA_STAGES),
+                Staged("the f32 products", self.bmp, self.cpitch, PRODUCT_PAD, "f32", 1, reuse)]
+
+
+def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool) -> CudaTiles:
+    """codegen/cuda_sddmm.py's tiles for BM x BN tiles over K of `dtype` operands (`tc`: with the
+    tensor-core kernel, `cuda_tensor_cores`); see the module docstring."""
+    esize = DTYPES[dtype][0]
+    mm, mn, mk = MMA_SHAPE
+    bmp, bnp = -(-bm // mm) * mm, -(-bn // mn) * mn
+    kp = -(-k // mk) * mk
+    bk = min(kp, 64)
+    bpitch = bnp + ROW_PAD
+    while bk > mk and CUDA_STAGES * (bmp * (bk + ROW_PAD) + bk * bpitch) * esize > SMEM_BUDGET:
+        bk //= 2
+    apitch = bk + ROW_PAD
+    stage_elems = bmp * apitch + bk * bpitch
+    cpitch = bnp + PRODUCT_PAD
+    smem = max(CUDA_STAGES * stage_elems * esize, bmp * cpitch * 4) if tc else 0
+    transpose = TRANSPOSE_TILE * (TRANSPOSE_TILE + 16 // esize) * esize
+    return CudaTiles(tc, dtype, bmp, bnp, kp, bk, apitch, bpitch, cpitch, stage_elems, smem, transpose)
+
+
+# ---- tilelang ------------------------------------------------------------------------------------
+
+def mma_tile(bm: int, bn: int, k: int, threads: int) -> tuple[int, int] | None:
+    """The smallest [TM, TN] >= [BM, BN] that T.gemm takes on tensor cores with `threads` threads
+    and K chunk `k` (passes/smem_tilelang.py `mma_fits`), or None."""
+    warps = max(1, threads // 32)
+    tm0 = -(-bm // MMA_MIN[0]) * MMA_MIN[0]
+    tn0 = -(-bn // 8) * 8
+    shapes = [(tm, tn) for tm in range(tm0, tm0 + MMA_MIN[0] * warps + 1, MMA_MIN[0])
+              for tn in range(tn0, tn0 + 16 * warps + 1, 8) if mma_fits(tm, tn, k, threads)]
+    return min(shapes, key=lambda s: (s[0] * s[1], s[0])) if shapes else None
+
+
+def simt_tile(bm: int, bn: int, threads: int) -> tuple[int, int]:
+    """[BM, TN], TN >= BN the smallest whose element count TileLang can lay out over `threads`
+    threads (a multiple or a divisor of the thread count; codegen/tilelang.py `check_fragment`)."""
+    tn = bn
+    while (bm * tn) % threads and threads % (bm * tn):
+        tn += 1
+    return bm, tn
+
+
+@dataclass(frozen=True)
+class TlTiles:
+    """The shared tiles codegen/tilelang_sddmm.py emits on the GPU (`tilelang_tiles`)."""
+
+    mma: bool  # T.gemm on tensor cores (else a SIMT loop nest)
+    tm: int
+    tn: int
+    bk: int
+    stages: int  # `num_stages` of the K loop: STAGES, or 0 (one copy of each chunk)
+    a_dtype: str
+    b_dtype: str
+    buffers: tuple[TlBuffer, ...] = field(compare=False)  # A_tile, B_tile, C_tile as TileLang merges them
+    total: int = 0  # bytes of dynamic shared memory of the tile kernel
+
+    def kernels(self, kname: str) -> dict[str, int]:
+        return {kname: self.total, f"{kname}_dots": 0}
+
+    def staged(self, a: str = "A", b: str = "B") -> list[Staged]:
+        """The staged tiles (`a`, `b`: the operands' names)."""
+        abuf, bbuf, c = self.buffers
+        chunks = max(abuf.offset + abuf.size, bbuf.offset + bbuf.size)
+        reuse = (", in the K chunks' bytes after the loop" if c.offset + c.size <= chunks else
+                 ", partly in the K chunks' bytes after the loop" if c.offset < chunks else "")
+        return [Staged(f"`{a}`'s rows in K chunks (`A_tile`)", self.tm, self.bk, 0, self.a_dtype, abuf.versions),
+                Staged(f"`{b}`'s columns in K chunks (`B_tile`)", self.bk, self.tn, 0, self.b_dtype, bbuf.versions),
+                Staged("the f32 products (`C_tile`)", self.tm, self.tn, 0, "f32", 1, reuse)]
+
+
+def tilelang_tiles(bm: int, bn: int, k: int, n: int, a_dtype: str, b_dtype: str, threads: int) -> TlTiles:
+    """codegen/tilelang_sddmm.py's GPU tiles for BM x BN tiles over K (N: B's columns); see the
+    module docstring. Over sm_90's budget even at BK = 16, the BK = 16 tiles (the caller reports)."""
+    tc = a_dtype in MMA_DTYPES and b_dtype == a_dtype
+    shape = mma_tile(bm, bn, 16, threads) if tc else None
+    tm, tn = shape or simt_tile(bm, bn, threads)
+    size = DTYPES[a_dtype][0]
+    # TileLang 0.1.15 makes every copy in a pipelined loop a cp.async and fails on a 2-byte one
+    # (codegen/tilelang.py `async_copy_ok`): rows of A and B must be 4-byte multiples
+    stages = STAGES if (k * size) % 4 == 0 and (n * size) % 4 == 0 else 0
+    wgmma = shape is not None and tensor_core_instruction(tm, tn, 16, threads) == "wgmma"
+    align = WGMMA_ALIGN if wgmma else ALIGN
+    k16 = -(-k // 16) * 16
+    tiles = None
+    for bk in (BK_MAX, 32, 16):
+        bk = min(bk, k16)
+        bufs = (TlBuffer(None, tm * bk * size, max(stages, 1), align, 1, 2),  # used in the K loop
+                TlBuffer(None, bk * tn * DTYPES[b_dtype][0], max(stages, 1), align, 1, 2),
+                TlBuffer(None, tm * tn * 4, 1, ALIGN, 2, 4))  # the fragment's copy, then the entries
+        tiles = TlTiles(shape is not None, tm, tn, bk, stages, a_dtype, b_dtype, bufs, pack(list(bufs), len(bufs)))
+        if tiles.total <= SMEM_LIMITS[DEFAULT_SM]:
+            break
+    return tiles
+
+
+# ---- check-smem-fit ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Dims:
+    """What sizes a sampled gemm's tiles: BM, BN, K, N, the dtypes, threads, `dot_below`."""
+
+    bm: int
+    bn: int
+    k: int
+    n: int
+    a_dtype: str
+    b_dtype: str
+    threads: int
+    dot_below: int
+    names: tuple[str, str] = ("A", "B")  # the operands', for the notes
+
+    def cuda(self) -> CudaTiles:
+        return cuda_tiles(self.bm, self.bn, self.k, self.a_dtype,
+                          cuda_tensor_cores(self.a_dtype, self.dot_below, self.bm, self.bn))
+
+    def tilelang(self) -> TlTiles:
+        return tilelang_tiles(self.bm, self.bn, self.k, self.n, self.a_dtype, self.b_dtype, self.threads)
+
+
+def sampled_gemm(launch: Op) -> Op | None:
+    """The `tile.sampled_gemm` of a `tiles` grid, or None."""
+    if "tiles" not in launch.attrs:
+        return None
+    return next((op for op in launch.body.ops if op.name == "tile.sampled_gemm"), None)
+
+
+def dims(launch: Op, op: Op, env: dict[str, int]) -> Dims:
+    """The sizes of `op` (in `launch`) under `env` (the kernel's dims and constants)."""
+    def value(d) -> int:
+        return d if isinstance(d, int) else exprs.evaluate(exprs.parse(d) if isinstance(d, str) else d, env)
+
+    a, b = op.operands[:2]
+    bm, bn = (value(t) for t in op.attrs["tile"])
+    return Dims(bm, bn, value(a.type.shape[1]), value(b.type.shape[1]), a.type.dtype, b.type.dtype,
+                value(str(launch.attrs.get("threads", "128"))), int(op.attrs.get("dot_below", 0)), (str(a), str(b)))
+
+
+@dataclass(frozen=True)
+class SddmmSmem:
+    """A sampled gemm's shared memory on one backend: `total`, its largest kernel's bytes, is
+    check-smem-fit's estimate; each kernel must fit the limit."""
+
+    backend: str  # cuda, tilelang, sum
+    dims: Dims
+    tiles: CudaTiles | TlTiles  # what the backend emits (`sum`: TileLang's)
+    kernels: dict[str, int]  # shared bytes per block of each kernel of the module
+    staged: list[Staged]
+
+    @property
+    def total(self) -> int:
+        return max(self.kernels.values(), default=0)
+
+    def diagnostic(self, launch: Op, limit: int, target: str) -> Diagnostic | None:
+        """The located error when a kernel exceeds `limit` (None when all fit): the staged
+        tiles and the first smaller BM x BN that fits."""
+        over = [(name, n) for name, n in self.kernels.items() if n > limit]
+        if not over:
+            return None
+        name, nbytes = max(over, key=lambda t: t[1])
+        on = " on the CUDA backend" if self.backend == "cuda" else ""
+        notes = [s.note() for s in self.staged] + [self._fix(limit)]
+        return Diagnostic(launch.loc, f"kernel `{name}` needs {nbytes} bytes of shared memory per block{on}; "
+                          f"limit is {limit} on {target}", notes)
+
+    def _fix(self, limit: int) -> str:
+        """The first BM x BN that fits, halving the larger extent (both when equal)."""
+        bm, bn = self.dims.bm, self.dims.bn
+        while bm > 1 or bn > 1:
+            bm, bn = (max(bm // 2, 1) if bm >= bn else bm), (max(bn // 2, 1) if bn >= bm else bn)
+            smaller = smem(self.backend, replace(self.dims, bm=bm, bn=bn, dot_below=0))
+            if smaller.total <= limit:
+                return (f"fix: use smaller tiles of the pattern: BM x BN = {bm} x {bn} needs {smaller.total} bytes "
+                        f"(the extents of `tiles(...)`: e.g. `-D BM={bm} -D BN={bn}` where schedule constants "
+                        "set them)")
+        return "fix: use smaller tiles of the pattern (the extents of `tiles(...)`)"
+
+
+def smem(backend: str, d: Dims, kname: str = "kernel") -> SddmmSmem:
+    """The sampled gemm's shared memory on `backend` (`cuda`, `tilelang`, `sum`), its kernels
+    named after `kname`."""
+    tiles = d.cuda() if backend == "cuda" else d.tilelang()
+    kernels, staged = tiles.kernels(kname), tiles.staged(*d.names)
+    if backend == "sum":  # the TileLang tiles, no reuse
+        kernels, staged = {kname: sum(b.size for b in tiles.buffers)}, [replace(t, extra="") for t in staged]
+    return SddmmSmem(backend, d, tiles, kernels, staged)
+
+
+def model(module: Module, launch: Op, backend: str) -> SddmmSmem | None:
+    """The shared memory of the sampled gemm in `launch` on `backend`; None when it holds none."""
+    op = sampled_gemm(launch)
+    if op is None:
+        return None
+    return smem(backend, dims(launch, op, module.env), module.func.attrs.get("sym_name", "kernel"))
