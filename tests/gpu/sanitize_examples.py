@@ -11,17 +11,47 @@ per-example test). One input distribution per case (the file's first, seed 0: ru
 their largest allowed value); results are checked against torch in float64 (tkc/oracle.py),
 computed on the CPU so that only tkc's kernels (and a few copies) run on the GPU.
 
-How a batch runs: (1) every kernel is compiled outside the sanitizer, in parallel worker processes
-that fill tkc's cache (`TKC_CACHE_DIR`, TileLang's and nvcc's binaries included); (2)
-`compute-sanitizer --tool T --error-exitcode 5 --destroy-on-device-error kernel` runs this file
+How a batch runs: (1) every kernel is compiled outside the sanitizer, in `--jobs` compile processes
+(this file with `--compile-worker`, each in its own process group) that fill tkc's cache
+(`TKC_CACHE_DIR`, TileLang's and nvcc's binaries included); one line per kernel as it finishes
+(`@@ COMPILED [i/n] CASE ok|SKIP|FAIL SECONDS`), the compile's own warnings as `@@ NOTE CASE: ...`.
+A kernel still compiling after `--compile-timeout` seconds (default 120) is killed with its
+process group (nvcc, cicc, ptxas included), its case FAILs with the phase it was in and the
+generated source, and the batch goes on in a fresh compile process; such a case is not compiled
+again under the sanitizer (nor is one whose compile failed or was rejected: its result comes from
+the precompile). Known slow compiles go first (`SLOW_COMPILES`, or the measured times of
+`--timings`), so that their time overlaps the rest. `--precompile-only` stops here (one device
+call warms the cache, the next sanitizes: the cache survives between calls on a warm machine).
+(2) `compute-sanitizer --tool T --error-exitcode 5 --destroy-on-device-error kernel` runs this file
 with `--worker`, which loads every kernel from the cache first, then launches the cases one after
 another between `@@ BEGIN` / `@@ END` markers; (3) the sanitizer's output is read as it comes and
 each report is charged to the case whose markers enclose it, and by the kernel name it names to
-the example declaring that kernel. memcheck runs with PYTORCH_NO_CUDA_MEMORY_CACHING=1, so each
+the example declaring that kernel. A sanitized process that prints nothing for `--stall-timeout`
+seconds (default 300) is killed: the case it was loading or launching FAILs and a fresh sanitized
+process goes on with the cases after it. memcheck runs with PYTORCH_NO_CUDA_MEMORY_CACHING=1, so each
 tensor is its own allocation and an access past its end is out of bounds for the tool (inside
 torch's cached pool it would land in a neighbour). A (case, backend) whose compile ends in a
 located diagnostic (`cuda` rejects dynamic dims; TileLang cannot lay out some register tiles) is
 skipped with the reason; any other compile or launch failure fails that case and the batch goes on.
+
+Slow TileLang compiles (measured 2026-11-25 with TileLang 0.1.15's nvcc command for sm_90a, one
+compile at a time on a loaded 2-core CPU): at their default shapes some examples get register
+tiles that TileLang gives every thread whole rows of, e.g. rmsnorm (B=1, N=4096, 1024 threads):
+six `float[4096]` arrays per thread behind `#pragma unroll` loops of 1024 float4 steps; nvcc's
+cicc then takes 618 s. matmul_q8 (20 K elements a thread) more than 600 s, attention_split and
+attention (17 K) 347 and 338 s, ffn_gate (8 K) 94 s, sgemm 21 s, every other case 2-7 s (and
+TileLang's lowering before it 0.1-12 s). The quick tier never compiles them (it runs at the tile
+edges); the first tilelang batches on the H100 (pool.map over every kernel, no per-kernel limit
+or progress) waited on them for over 330 s without a line.
+
+TileLang's `[ThreadSync] Hoisting sync out of an if ... the race remains. Condition: thread_binding
+% 4 * 4 + thread_binding // 32 == 0` (while compiling tests/programs/bf16_ops.tk, both shapes, the
+only case that prints it) is about the store of the replicated register tile `a` into the shared
+copy the gemm reads (`T.copy(a, t0)`: replica 0, 8 threads, writes the 16 x 32 tile). The 8
+threads x 8 swizzled 16-byte stores cover the 512 elements exactly once (checked by enumerating
+the generated CUDA's indices), and a `__syncthreads()` separates them from the gemm's
+`ldmatrix`: no race, the analysis cannot tell the threads' swizzled addresses apart.
+`--tool racecheck --target tilelang --only bf16_ops` checks it on the GPU.
 
 A batch passes when every case passes or is skipped, no report was printed, the tool's summary
 says 0 (`ERROR SUMMARY: 0 errors`; racecheck `RACECHECK SUMMARY: 0 hazards`) and the sanitizer
@@ -29,6 +59,7 @@ exits 0. Usage (on the GPU machine; `--list` and `--codegen-only` run anywhere):
 
     python3 tests/gpu/sanitize_examples.py --tool memcheck --target cuda [--only NAME ...] [--shard 1/2]
     python3 tests/gpu/sanitize_examples.py --tool racecheck --target tilelang --list   # cases, time estimate
+    python3 tests/gpu/sanitize_examples.py --target tilelang --precompile-only          # warm the cache only
 
 tests/gpu/test_gpu_sanitizer.py runs the six batches in the full tier. Exit status: 0 clean, 1 a
 case failed or the sanitizer reported something, 2 the batch could not run (no CUDA, no
@@ -45,12 +76,13 @@ import os
 import re
 import shutil
 import queue
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
@@ -90,7 +122,21 @@ START_S = {"memcheck": 40.0, "racecheck": 45.0, "synccheck": 40.0}
 CASE_S = {"tilelang": 2.0, "cuda": 1.0}
 TOOL_FACTOR = {"memcheck": 1.0, "racecheck": 1.5, "synccheck": 1.0}
 PER_MB_S = {"memcheck": 0.05, "racecheck": 0.3, "synccheck": 0.05}
-COMPILE_S = 8.0  # one cold compile in a worker process (TileLang or nvcc)
+COMPILE_S = 8.0  # one cold compile in a worker process (TileLang or nvcc), when --timings has none
+COMPILE_TIMEOUT_S = 120.0  # one kernel's precompile, then it is killed and its case fails
+STALL_S = 300.0  # a sanitized process silent this long is killed (its case fails, the rest go on)
+START_TIMEOUT_S = 180.0  # a compile process's imports (torch, TileLang) before it takes a case
+# Cases whose cold compile is known to be slow: seconds of nvcc alone as TileLang 0.1.15 calls it
+# for sm_90a, one compile at a time on a loaded 2-core CPU (2026-11-25; the lowering before it takes
+# 1-7 s). They are compiled first (--timings' measures take precedence), and the estimate counts
+# them. The cause: TileLang gives every thread whole rows of these default-shape register tiles
+# (see the module docstring).
+SLOW_COMPILES: dict[str, dict[str, float]] = {
+    "tilelang": {"rmsnorm:default:*": 618, "matmul_q8:default:*": 600,  # (killed at 600 s)
+                 "attention_split:default:*": 347, "attention:default:*": 338, "ffn_gate:default:*": 94,
+                 "sgemm:default:*": 21},  # every other case: 2-7 s
+    "cuda": {},
+}
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "i32": 4, "bool": 1}
 
@@ -104,6 +150,7 @@ class Case:
     note: str = ""  # how the shape was chosen
     mbytes: float = 0.0  # the case's tensors (inputs and outputs), MB
     error: str = ""  # the case could not even be set up (the file does not lower at these values)
+    precompiled: str = ""  # "" (not precompiled), "ok", or "SKIP reason" / "FAIL reason" (then not built again)
 
     @property
     def name(self) -> str:
@@ -177,11 +224,13 @@ def all_cases(programs: bool = True) -> list[Case]:
 
 
 def select(cases: list[Case], only: list[str] | None = None, shard: str | None = None, tool: str = "memcheck",
-           target: str = "tilelang", timings: dict | None = None) -> list[Case]:
-    """The cases named by `only` (file stems or case ids, shell patterns) in shard `shard` ("I/N":
-    N shards of about equal estimated time)."""
+           target: str = "tilelang", timings: dict | None = None, exclude: list[str] | None = None) -> list[Case]:
+    """The cases named by `only` and not by `exclude` (file stems or case ids, shell patterns) in
+    shard `shard` ("I/N": N shards of about equal estimated time)."""
     if only:
-        cases = [c for c in cases if any(fnmatch.fnmatch(c.id if ":" in p else c.name, p) for p in only)]
+        cases = [c for c in cases if _matches(c, only)]
+    if exclude:
+        cases = [c for c in cases if not _matches(c, exclude)]
     if shard:
         index, count = (int(x) for x in shard.split("/"))
         if not 1 <= index <= count:
@@ -203,11 +252,40 @@ def case_estimate(case: Case, tool: str, target: str, timings: dict | None = Non
     return CASE_S[target] * TOOL_FACTOR[tool] + PER_MB_S[tool] * case.mbytes
 
 
+def _matches(case: Case, patterns) -> bool:
+    return any(fnmatch.fnmatch(case.id if ":" in p else case.name, p) for p in patterns)
+
+
+def compile_estimate(case: Case, target: str, timings: dict | None = None) -> float:
+    """A cold compile of `case`: measured by an earlier --timings run (a compile killed at the
+    timeout: unbounded), else SLOW_COMPILES' measure, else COMPILE_S."""
+    timings = timings or {}
+    measured = timings.get(f"compile/{target}", {}).get(case.id)
+    if measured is not None:
+        return float(measured)
+    if case.id in timings.get(f"compile-timeout/{target}", {}):
+        return float("inf")
+    return next((float(t) for p, t in SLOW_COMPILES.get(target, {}).items() if _matches(case, (p,))), COMPILE_S)
+
+
+def compile_order(cases: list[Case], target: str, timings: dict | None = None) -> list[Case]:
+    """The precompile's order: the longest first, so that a slow kernel's compile overlaps the
+    others instead of ending the batch (stable: the rest keep their order)."""
+    return sorted(cases, key=lambda c: -compile_estimate(c, target, timings))
+
+
 def batch_estimate(cases: list[Case], tool: str, target: str, jobs: int, timings: dict | None = None,
-                   precompile: bool = True) -> tuple[float, float, float]:
-    """(sanitizer start, the cases, a cold precompile) in seconds."""
+                   precompile: bool = True, compile_timeout: float = COMPILE_TIMEOUT_S) -> tuple[float, float, float]:
+    """(sanitizer start, the cases, a cold precompile) in seconds; the precompile as `jobs`
+    processes take the kernels longest first, each at most `compile_timeout`."""
     run = sum(case_estimate(c, tool, target, timings) for c in cases)
-    cold = COMPILE_S * -(-len(cases) // max(1, jobs)) if precompile else 0.0
+    cold = 0.0
+    if precompile:
+        loads = [0.0] * max(1, jobs)
+        for c in compile_order(cases, target, timings):
+            k = loads.index(min(loads))
+            loads[k] += min(compile_timeout, compile_estimate(c, target, timings))
+        cold = max(loads)
     return START_S[tool], run, cold
 
 
@@ -299,6 +377,11 @@ def worker(case_file: str, target: str) -> int:
             say(f"@@ RESULT {case.id} FAIL setup: {case.error}")
             failed += 1
             continue
+        if case.precompiled.startswith(("SKIP ", "FAIL ")):  # the precompile's verdict: not compiled again here
+            status, _, why = case.precompiled.partition(" ")
+            say(f"@@ RESULT {case.id} {status} {why}")
+            failed += status == "FAIL"
+            continue
         try:
             kernel, module, names = build(case, target)
         except Exception as exc:  # noqa: BLE001 (one case's failure, the batch goes on)
@@ -346,6 +429,8 @@ class Parsed:
     summary: dict[str, int] = field(default_factory=dict)  # "ERROR"/"RACECHECK" -> count
     in_progress: str | None = None  # a case begun and never ended (a crash or a timeout)
     done: bool = False  # the worker got to its end
+    started: bool = False  # the worker printed its first line (it runs under the sanitizer)
+    built: set[str] = field(default_factory=set)  # cases whose kernel the worker loaded
 
 
 class OutputParser:
@@ -366,6 +451,7 @@ class OutputParser:
             self.finding = None
             kind, case_id, rest = m.group(1), m.group(2), m.group(3) or ""
             if kind == "BUILT":
+                p.built.add(case_id)
                 names = rest.split(" ", 1)[0].removeprefix("kernels=")
                 for n in filter(None, names.split(",")):
                     self.names[n] = case_id.split(":", 1)[0]
@@ -381,6 +467,9 @@ class OutputParser:
             return
         if line.startswith("@@ WORKER DONE"):
             p.done = True
+            return
+        if line.startswith(("@@ WORKER ", "@@ FATAL ")):
+            p.started = True
             return
         if not line.startswith("========="):
             return
@@ -432,6 +521,9 @@ class Batch:
     timed_out: bool = False
     times: dict[str, float] = field(default_factory=dict)  # case id -> seconds between its markers
     tail: list[str] = field(default_factory=list)  # the output's last lines
+    # the precompile's measures: (compiles that ended, compiles killed at the timeout), case id -> seconds
+    compile_times: tuple = field(default_factory=lambda: ({}, {}))
+    restarts: list[str] = field(default_factory=list)  # cases after whose stall a fresh sanitized process went on
 
     @property
     def failed(self) -> list[str]:
@@ -472,7 +564,9 @@ class Batch:
                  f"{len(p.findings)} sanitizer reports"
                  + (f" in {', '.join(self.finding_examples)}" if p.findings else "")
                  + f"; {self.summary_line} SUMMARY: {'missing' if count is None else count} {what}; "
-                 f"exit {self.returncode}{' (timed out)' if self.timed_out else ''}; {self.seconds:.0f} s; "
+                 f"exit {self.returncode}{' (timed out)' if self.timed_out else ''}"
+                 + (f"; {len(self.restarts)} sanitized processes killed for a stall" if self.restarts else "")
+                 + f"; {self.seconds:.0f} s; "
                  f"{'CLEAN' if self.ok else 'NOT CLEAN'}"]
         for cid in self.failed:
             lines.append(f"FAIL    {cid}: {p.results[cid][1]}")
@@ -499,46 +593,339 @@ class Batch:
         return "\n".join(lines)
 
 
-def _precompile_one(target: str, path: str, values: dict, cache_dir: str | None) -> str:
-    """Worker process: compile one case into the shared cache (errors are the batch's to report)."""
-    try:
-        import tkc
-        from test_gpu_quick import _consts, _dims
-
-        kernel = tkc.compile(os.path.join(ROOT, path), target=target, cache_dir=cache_dir, **_consts(path, values))
-        kernel.specialize(_dims(path, values))
-        return "ok"
-    except Exception as exc:  # noqa: BLE001
-        return _one_line(exc)
+# ---- the precompile ----------------------------------------------------------------------------------
 
 
-_PRECOMPILED: set[tuple] = set()  # (target, cache root, case id) compiled by this process's pools
+def _protocol(obj: dict) -> None:
+    """One line of a compile process's answer (anything else it prints is the compile's notes)."""
+    sys.stdout.write("@@ " + json.dumps(obj) + "\n")
+    sys.stdout.flush()
 
 
-def precompile(cases: list[Case], target: str, jobs: int, echo=print) -> None:
-    """Fill the cache with every case's kernel, in `jobs` spawned processes (never fork a process
-    holding a CUDA context)."""
-    import concurrent.futures as cf
-    import multiprocessing
+def compile_worker(target: str) -> int:
+    """A compile process (`--compile-worker`): compile the cases read from stdin, one JSON object
+    ({"id", "path", "values", "cache_dir"}) a line, into the cache; answer {"ready"} once imported,
+    {"phase": "backend", "source"} when tkc's source is generated and the backend (TileLang's
+    lowering and nvcc, or nvcc) starts, and {"done", "status", "detail", "seconds"} per case."""
+    import tkc
+    from tkc import driver
+    from tkc.cache import Cache
+    from test_gpu_quick import _consts, _dims
 
+    if target == "tilelang":  # TileLang's import is paid before the first case's clock starts
+        from tkc.runtime import _tilelang  # (through tkc: it puts TileLang's cache inside tkc's)
+
+        _tilelang(Cache(os.environ.get("TKC_CACHE_DIR") or None))
+    original = driver.compile_file
+
+    def traced(*args, **kwargs):  # the generated source's path, for a compile that never ends
+        artifact = original(*args, **kwargs)
+        _protocol({"phase": "backend", "source": artifact.source_path})
+        return artifact
+
+    driver.compile_file = traced  # tkc/runtime.py calls it as `driver.compile_file`
+    _protocol({"ready": os.getpid()})
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            return 0
+        job = json.loads(line)
+        t0 = time.time()
+        try:
+            path = os.path.join(ROOT, job["path"])
+            kernel = tkc.compile(path, target=target, cache_dir=job["cache_dir"], **_consts(job["path"], job["values"]))
+            kernel.specialize(_dims(job["path"], job["values"]))
+            status, detail = "ok", ""
+        except Exception as exc:  # noqa: BLE001 (one case's failure, reported by the batch)
+            status, detail = ("SKIP", f"{target} rejects it: {_one_line(exc)}") if _located(exc) else \
+                ("FAIL", f"compile: {_one_line(exc)}")
+        _protocol({"done": job["id"], "status": status, "detail": detail, "seconds": round(time.time() - t0, 2)})
+
+
+class _Compiler:
+    """One compile process, in its own process group (a kill takes nvcc, cicc and ptxas with it);
+    its output (stderr too) is read by a thread, so that a silent process cannot hold the caller."""
+
+    def __init__(self, target: str):
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        cmd = [sys.executable, os.path.abspath(__file__), "--compile-worker", "--target", target]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, bufsize=1, env=env, cwd=ROOT, start_new_session=True)
+        self.lines: queue.Queue = queue.Queue()
+        self.tail: collections.deque = collections.deque(maxlen=20)  # its last lines, for a death's report
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for text in self.proc.stdout:
+            self.lines.put(text.rstrip("\n"))
+        self.lines.put(None)
+
+    def next(self, until: float) -> dict | str | None:
+        """The next line (a protocol line as a dict), None at the end of its output, TimeoutError
+        past `until` (time.time())."""
+        left = until - time.time()
+        if left <= 0:
+            raise TimeoutError
+        try:
+            line = self.lines.get(timeout=left)
+        except queue.Empty:
+            raise TimeoutError from None
+        if line is None:
+            return None
+        if line.startswith("@@ {"):
+            try:
+                return json.loads(line[3:])
+            except ValueError:
+                pass
+        self.tail.append(line)
+        return line
+
+    def send(self, job: dict) -> None:
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()  # whatever it left behind in its group
+
+
+# (target, cache root, case path, case id) -> (status, detail, seconds) of this process's precompiles
+_PRECOMPILED: dict[tuple, tuple[str, str, float]] = {}
+
+
+def precompile(cases: list[Case], target: str, jobs: int, echo=print, compile_timeout: float = COMPILE_TIMEOUT_S,
+               deadline: float | None = None, timings: dict | None = None) -> dict[str, tuple[str, str, float]]:
+    """Fill the cache with every case's kernel in `jobs` compile processes; case id -> (status
+    "ok" | "SKIP" | "FAIL", the reason, seconds). One line per kernel as it ends; a kernel past
+    `compile_timeout` seconds (or past `deadline`, time.time()) is killed with its process and
+    FAILs, and a fresh process takes the next case. Cases compiled before by this process (an
+    earlier batch of the same target and cache) are not compiled again."""
     cache_dir = os.environ.get("TKC_CACHE_DIR")
-    todo = [c for c in cases if not c.error and (target, cache_dir, c.id) not in _PRECOMPILED]
+    key = lambda c: (target, cache_dir, c.path, c.id)  # noqa: E731
+    results = {c.id: _PRECOMPILED[key(c)] for c in cases if key(c) in _PRECOMPILED}
+    timed_out = (timings or {}).get(f"compile-timeout/{target}", {})
+    for c in cases:  # timed out before (--timings) at this limit or above: not tried again
+        if not c.error and c.id not in results and timed_out.get(c.id, 0.0) >= compile_timeout:
+            results[c.id] = ("FAIL", f"compile: timed out after {timed_out[c.id]:.0f} s in an earlier precompile "
+                             f"(--timings); tried again with --compile-timeout above that", 0.0)
+            echo(f"@@ COMPILED {c.id} FAIL (not tried): {results[c.id][1]}")
+    todo = collections.deque(compile_order([c for c in cases if not c.error and c.id not in results], target, timings))
     if not todo:
-        return
-    t0 = time.time()
-    ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=max(1, min(jobs, len(todo))), mp_context=ctx) as pool:
-        results = list(pool.map(_precompile_one, [target] * len(todo), [c.path for c in todo],
-                                [c.values for c in todo], [cache_dir] * len(todo)))
-    bad = sum(r != "ok" for r in results)
-    _PRECOMPILED.update((target, cache_dir, c.id) for c in todo)
-    echo(f"@@ PRECOMPILED {len(todo)} kernels through `{target}` in {time.time() - t0:.0f} s "
-         f"({bad} did not compile; the sanitized run reports them)")
+        return results
+    t_start, total = time.time(), len(todo)
+    jobs = max(1, min(jobs, total))
+    lock, stop = threading.Lock(), threading.Event()
+    live: set[_Compiler] = set()
+    count = [0]
+    slow = [c.id for c in todo if compile_estimate(c, target, timings) > COMPILE_S]
+    echo(f"@@ PRECOMPILE {total} kernels through `{target}` in {jobs} processes, at most {compile_timeout:.0f} s "
+         f"each (slow ones first: {', '.join(slow) or 'none known'})")
+
+    def finish(case: Case, status: str, detail: str, seconds: float) -> None:
+        with lock:
+            results[case.id] = _PRECOMPILED[key(case)] = (status, detail, round(seconds, 2))
+            count[0] += 1
+            echo(f"@@ COMPILED [{count[0]}/{total}] {case.id} {status} {seconds:.1f} s"
+                 + (f": {detail}" if detail else ""))
+
+    def slot() -> None:
+        worker: _Compiler | None = None
+        try:
+            limit = deadline if deadline is not None else float("inf")
+            while not stop.is_set() and time.time() < limit:  # (past the deadline the rest stay in `todo`)
+                with lock:
+                    if not todo:
+                        return
+                    case = todo.popleft()
+                if worker is None:
+                    worker = _Compiler(target)
+                    with lock:
+                        live.add(worker)
+                    try:
+                        started = min(limit, time.time() + START_TIMEOUT_S)
+                        while not isinstance(msg := worker.next(started), dict) or "ready" not in msg:
+                            if msg is None:
+                                raise EOFError
+                    except (TimeoutError, EOFError) as exc:
+                        worker.kill()
+                        why = "did not start in time" if isinstance(exc, TimeoutError) else \
+                            f"exited with {worker.proc.returncode} before its first case"
+                        finish(case, "FAIL", f"compile: the compile process {why}: "
+                               + " | ".join(list(worker.tail)[-3:]), 0.0)
+                        with lock:
+                            live.discard(worker)
+                        worker = None
+                        continue
+                t0 = time.time()
+                worker.send({"id": case.id, "path": case.path, "values": case.values, "cache_dir": cache_dir})
+                phase, source = "tkc's codegen", ""
+                until = min(limit, t0 + compile_timeout)
+                try:
+                    while True:
+                        msg = worker.next(until)
+                        if msg is None:
+                            raise EOFError
+                        if isinstance(msg, str):
+                            if msg.strip():
+                                echo(f"@@ NOTE {case.id}: {msg[:400]}")
+                        elif msg.get("phase") == "backend":
+                            phase = "TileLang's lowering and nvcc" if target == "tilelang" else "nvcc"
+                            source = msg.get("source", "")
+                        elif msg.get("done") == case.id:
+                            finish(case, msg["status"], msg["detail"], time.time() - t0)
+                            break
+                except (TimeoutError, EOFError) as exc:
+                    worker.kill()
+                    seconds = time.time() - t0
+                    if isinstance(exc, EOFError):
+                        why = f"the compile process died (exit {worker.proc.returncode}) in {phase}: " + \
+                            " | ".join(list(worker.tail)[-3:])
+                    elif until < t0 + compile_timeout:
+                        why = f"not finished at the batch's --timeout, in {phase}"
+                    else:
+                        why = f"timed out after {compile_timeout:.0f} s in {phase}"
+                    finish(case, "FAIL", f"compile: {why}" + (f" (generated source: {source})" if source else ""),
+                           seconds)
+                    with lock:
+                        live.discard(worker)
+                    worker = None
+        finally:
+            if worker is not None:
+                worker.close()
+                with lock:
+                    live.discard(worker)
+
+    threads = [threading.Thread(target=slot, daemon=True) for _ in range(jobs)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.5)
+    except BaseException:
+        stop.set()
+        with lock:
+            for w in list(live):
+                w.kill()
+        raise
+    for c in list(todo):  # left when the deadline passed
+        finish(c, "FAIL", "compile: not started before the batch's --timeout", 0.0)
+    bad = [r for r in results.values() if r[0] == "FAIL"]
+    timed = sum("timed out after" in r[1] for r in bad)
+    echo(f"@@ PRECOMPILED {len(results)} cases through `{target}` ({total} compiled now) in "
+         f"{time.time() - t_start:.0f} s: "
+         f"{sum(r[0] == 'ok' for r in results.values())} ok, {sum(r[0] == 'SKIP' for r in results.values())} skipped, "
+         f"{len(bad)} failed ({timed} timed out); failed and skipped cases are not compiled again under the sanitizer")
+    return results
+
+
+def _compile_times(results: dict[str, tuple[str, str, float]]) -> tuple[dict[str, float], dict[str, float]]:
+    """What a precompile measured, for the next one's estimate, order and skips: (seconds of the
+    compiles that ended, ok or rejected; seconds at which the timed out ones were killed)."""
+    ended = {cid: r[2] for cid, r in results.items() if r[0] != "FAIL"}
+    killed = {cid: r[2] for cid, r in results.items() if r[0] == "FAIL" and "timed out after" in r[1] and r[2] > 0}
+    return ended, killed
+
+
+# ---- the sanitized processes ----------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    """One sanitized process."""
+    parsed: Parsed
+    returncode: int | None
+    timed_out: bool  # the batch's --timeout
+    stalled: str | None  # why it was killed for a stall, or None
+    culprit: str | None  # the case it was loading or launching when it stalled
+    times: dict[str, float]
+    tail: list[str]
+
+
+def _sanitized_run(cmd: list[str], env: dict, cases: list[Case], echo, deadline: float | None,
+                   stall_timeout: float) -> _Run:
+    parser = OutputParser()
+    times, begun = {}, {}
+    tail: collections.deque = collections.deque(maxlen=200)
+    timed_out, stalled = False, None
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env,
+                            cwd=ROOT, start_new_session=True)
+    lines: queue.Queue = queue.Queue()
+
+    def pump() -> None:  # a thread, so that a silent process cannot hold up the timeout
+        for text in proc.stdout:
+            lines.put(text)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    last = time.time()
+    try:
+        while True:
+            now = time.time()
+            if deadline is not None and now >= deadline:
+                timed_out = True
+                break
+            if now - last >= stall_timeout:
+                stalled = f"no output for {stall_timeout:.0f} s"
+                break
+            wait = min(5.0, stall_timeout - (now - last), float("inf") if deadline is None else deadline - now)
+            try:
+                line = lines.get(timeout=max(0.01, wait))
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            last = time.time()
+            line = line.rstrip("\n")
+            echo(line)
+            tail.append(line)
+            parser.feed(line)
+            m = _MARK.match(line)
+            if m and m.group(1) == "BEGIN":
+                begun[m.group(2)] = time.time()
+            elif m and m.group(1) == "END" and m.group(2) in begun:
+                times[m.group(2)] = round(time.time() - begun[m.group(2)], 2)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)  # the sanitizer and the worker it started (their own session)
+        raise
+    finally:
+        if timed_out or stalled:
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    p, culprit = parser.parsed, None
+    if stalled and p.started and not p.done:
+        if p.in_progress:
+            culprit, where = p.in_progress, "launching it"
+        else:
+            culprit = next((c.id for c in cases if c.id not in p.results and c.id not in p.built), None)
+            where = "loading its kernel"
+        if culprit:
+            stalled += f" while {where}"
+    return _Run(p, proc.returncode, timed_out, stalled, culprit, times, list(tail))
 
 
 def run_batch(tool: str, target: str, cases: list[Case], sanitizer: str | None = None, jobs: int | None = None,
               precompile_first: bool = True, timeout: float | None = None, extra_args: tuple[str, ...] = (),
-              echo=print) -> Batch:
+              echo=print, compile_timeout: float = COMPILE_TIMEOUT_S, stall_timeout: float = STALL_S,
+              timings: dict | None = None) -> Batch:
     """Run one batch (see the module docstring); `echo` gets every output line as it comes."""
     import torch
 
@@ -553,67 +940,55 @@ def run_batch(tool: str, target: str, cases: list[Case], sanitizer: str | None =
                          "run the batch on the GPU machine")
     jobs = jobs or max(1, min(14, (os.cpu_count() or 2) - 2))
     t_start = time.time()
+    deadline = None if timeout is None else t_start + timeout
+    compiled = {}
     if precompile_first:
-        precompile(cases, target, jobs, echo)
-    fd, case_file = tempfile.mkstemp(prefix="tkc-sanitize-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump([asdict(c) for c in cases], f)
-    cmd = [sanitizer, "--tool", tool, "--error-exitcode", "5", "--destroy-on-device-error", "kernel", *extra_args,
-           sys.executable, os.path.abspath(__file__), "--worker", case_file, "--target", target]
+        compiled = precompile(cases, target, jobs, echo, compile_timeout, deadline, timings)
+        verdict = {cid: "ok" if status == "ok" else f"{status} {detail}"
+                   for cid, (status, detail, _) in compiled.items()}
+        cases = [replace(c, precompiled=verdict[c.id]) if c.id in verdict else c for c in cases]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if tool == "memcheck":
         env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
-    echo("@@ RUN " + " ".join(cmd))
-    parser = OutputParser()
-    times, begun = {}, {}
-    tail: collections.deque = collections.deque(maxlen=200)
-    timed_out = False
+    parsed, times, tail, restarts = Parsed(), {}, [], []
+    returncode, timed_out = None, deadline is not None and time.time() >= deadline
+    todo = list(cases)
     t0 = time.time()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env,
-                            cwd=ROOT, start_new_session=True)
-    lines: queue.Queue = queue.Queue()
-
-    def pump() -> None:  # a thread, so that a silent process cannot hold up the timeout
-        for text in proc.stdout:
-            lines.put(text)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    try:
-        while True:
-            left = None if timeout is None else timeout - (time.time() - t_start)
-            if left is not None and left <= 0:
-                timed_out = True
-                break
-            try:
-                line = lines.get(timeout=None if left is None else min(left, 5.0))
-            except queue.Empty:
-                continue
-            if line is None:
-                break
-            line = line.rstrip("\n")
-            echo(line)
-            tail.append(line)
-            parser.feed(line)
-            m = _MARK.match(line)
-            if m and m.group(1) == "BEGIN":
-                begun[m.group(2)] = time.time()
-            elif m and m.group(1) == "END" and m.group(2) in begun:
-                times[m.group(2)] = round(time.time() - begun[m.group(2)], 2)
-    except BaseException:
-        os.killpg(proc.pid, 9)  # the sanitizer and the worker it started (their own session)
-        raise
-    finally:
-        if timed_out:
-            os.killpg(proc.pid, 9)
+    while todo and not timed_out:
+        fd, case_file = tempfile.mkstemp(prefix="tkc-sanitize-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump([asdict(c) for c in todo], f)
+        cmd = [sanitizer, "--tool", tool, "--error-exitcode", "5", "--destroy-on-device-error", "kernel", *extra_args,
+               sys.executable, os.path.abspath(__file__), "--worker", case_file, "--target", target]
+        echo("@@ RUN " + " ".join(cmd) + (f"  ({len(todo)} cases left)" if restarts else ""))
         try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-        os.unlink(case_file)
+            run = _sanitized_run(cmd, env, todo, echo, deadline, stall_timeout)
+        finally:
+            os.unlink(case_file)
+        parsed.results.update(run.parsed.results)
+        parsed.findings += run.parsed.findings
+        for k, v in run.parsed.summary.items():
+            parsed.summary[k] = parsed.summary.get(k, 0) + v
+        parsed.in_progress, parsed.done, parsed.started = run.parsed.in_progress, run.parsed.done, run.parsed.started
+        parsed.built |= run.parsed.built
+        times.update(run.times)
+        tail = (tail + run.tail)[-200:]
+        returncode = run.returncode  # the last process's (a killed one's case FAILs)
+        timed_out = run.timed_out
+        if not run.stalled:
+            break
+        echo(f"@@ STALL {run.stalled}: the sanitized process was killed"
+             + (f"; {run.culprit} FAILs and a fresh one goes on with the cases after it" if run.culprit else ""))
+        if not run.culprit:  # silent before its first case or after its last: nothing to go on with
+            tail.append(f"(killed: {run.stalled})")
+            break
+        parsed.results[run.culprit] = ("FAIL", f"{run.stalled} under {tool}; the sanitized process was killed")
+        parsed.in_progress = None
+        restarts.append(run.culprit)
+        todo = [c for c in todo if c.id not in parsed.results]
     echo(f"@@ SANITIZED RUN {time.time() - t0:.0f} s")
-    return Batch(tool, target, cases, parser.parsed, proc.returncode, time.time() - t_start, timed_out, times, list(tail))
+    return Batch(tool, target, cases, parsed, returncode, time.time() - t_start, timed_out, times, tail,
+                 _compile_times(compiled), restarts)
 
 
 # ---- command line ----------------------------------------------------------------------------------
@@ -650,6 +1025,26 @@ def _codegen_only(cases: list[Case], target: str) -> int:
     return 1 if bad else 0
 
 
+def _save_timings(path: str | None, timings: dict, target: str, compiled: tuple[dict, dict],
+                  runs: tuple[str, dict[str, float]] | None = None) -> None:
+    """Add a batch's measured times to the --timings file: compiles that ended, compiles killed
+    at the timeout (until one ends), and the cases' sanitized runs."""
+    if not path:
+        return
+    ended, killed = compiled
+    cold = timings.setdefault(f"compile/{target}", {})
+    for cid, seconds in ended.items():  # the longest seen: a cold compile's, not a cache hit's
+        cold[cid] = max(seconds, cold.get(cid, 0.0))
+    timeouts = timings.setdefault(f"compile-timeout/{target}", {})
+    timeouts.update(killed)
+    for cid in ended:
+        timeouts.pop(cid, None)
+    if runs:
+        timings.setdefault(runs[0], {}).update(runs[1])
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(timings, f, indent=1, sort_keys=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -657,52 +1052,87 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", choices=TARGETS, default="tilelang")
     ap.add_argument("--only", nargs="+", metavar="NAME",
                     help="file stems (matmul, miss*) or case ids (miss:edge:*), shell patterns")
+    ap.add_argument("--exclude", nargs="+", metavar="NAME", help="leave these out (as --only names them)")
     ap.add_argument("--shard", metavar="I/N", help="the I-th of N parts of about equal estimated time")
     ap.add_argument("--examples-only", action="store_true", help="leave out tests/programs/*.tk")
     ap.add_argument("--list", action="store_true", help="print the cases and the time estimate, run nothing")
     ap.add_argument("--codegen-only", action="store_true",
                     help="generate every case's source (CPU only): which cases the backend rejects")
+    ap.add_argument("--precompile-only", action="store_true",
+                    help="compile every case into the cache and stop (no sanitizer): warm the cache in one call, "
+                         "sanitize in the next; exit 1 when a case failed to compile")
     ap.add_argument("--no-precompile", action="store_true", help="compile inside the sanitized process only")
     ap.add_argument("--jobs", type=int, default=None, help="compile processes (default: cores - 2, at most 14)")
+    ap.add_argument("--compile-timeout", type=float, default=COMPILE_TIMEOUT_S, metavar="S",
+                    help=f"seconds for one kernel's precompile, then it is killed and its case fails "
+                         f"(default {COMPILE_TIMEOUT_S:.0f})")
+    ap.add_argument("--stall-timeout", type=float, default=STALL_S, metavar="S",
+                    help=f"seconds without output after which a sanitized process is killed, its case fails and a "
+                         f"fresh one goes on (default {STALL_S:.0f})")
     ap.add_argument("--timeout", type=float, default=None, help="seconds for the whole batch (then killed)")
     ap.add_argument("--timings", metavar="FILE",
-                    help="JSON of measured seconds per case: read for the estimate, updated after the run")
+                    help="JSON of measured seconds per case (runs and compiles): read for the estimate and the "
+                         "compile order, updated after the run")
     ap.add_argument("--sanitizer", default=None, help="compute-sanitizer's path (default: on PATH)")
     ap.add_argument("--sanitizer-arg", action="append", default=[], metavar="ARG",
                     help="one more argument for compute-sanitizer (repeatable)")
     ap.add_argument("--worker", metavar="CASES_JSON", help=argparse.SUPPRESS)
+    ap.add_argument("--compile-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.worker:
         return worker(args.worker, args.target)
+    if args.compile_worker:
+        return compile_worker(args.target)
     timings = _load_timings(args.timings)
-    cases = select(all_cases(not args.examples_only), args.only, args.shard, args.tool, args.target, timings)
+    cases = select(all_cases(not args.examples_only), args.only, args.shard, args.tool, args.target, timings,
+                   args.exclude)
     if not cases:
         print("no case selected", file=sys.stderr)
         return 2
     jobs = args.jobs or max(1, min(14, (os.cpu_count() or 2) - 2))
-    start, run, cold = batch_estimate(cases, args.tool, args.target, jobs, timings, not args.no_precompile)
+    start, run, cold = batch_estimate(cases, args.tool, args.target, jobs, timings, not args.no_precompile,
+                                      args.compile_timeout)
     estimate = (f"@@ ESTIMATE {args.tool} / {args.target}: {len(cases)} cases, about {start + run:.0f} s sanitized "
                 f"({start:.0f} s start, {run:.0f} s of cases), plus up to {cold:.0f} s of compiling when the kernel "
-                f"cache is cold ({jobs} processes); rough until --timings holds measured case times")
+                f"cache is cold ({jobs} processes, at most {args.compile_timeout:.0f} s a kernel); rough until "
+                f"--timings holds measured times")
     if args.list or args.codegen_only:
         for c in cases:
             extra = f"  !! {c.error}" if c.error else ""
-            print(f"{c.id}  [{c.note}; {c.mbytes:.2f} MB; ~{case_estimate(c, args.tool, args.target, timings):.1f} s]"
-                  f"{extra}")
+            cold_s = compile_estimate(c, args.target, timings)
+            compile_note = "compile timed out before" if cold_s == float("inf") else f"compile ~{cold_s:.0f} s"
+            print(f"{c.id}  [{c.note}; {c.mbytes:.2f} MB; ~{case_estimate(c, args.tool, args.target, timings):.1f} s; "
+                  f"{compile_note}]{extra}")
         print(estimate)
         return _codegen_only(cases, args.target) if args.codegen_only else 0
+    echo = lambda s: print(s, flush=True)  # noqa: E731
+    if args.precompile_only:
+        print(estimate.replace("@@ ESTIMATE", "@@ ESTIMATE (precompile only)"), flush=True)
+        import torch
+
+        if not torch.cuda.is_available():
+            echo("@@ NOTE CUDA is not available here: every compile for a GPU target fails (`needs a CUDA GPU`); "
+                 "this run only exercises the compile processes")
+        deadline = None if args.timeout is None else time.time() + args.timeout
+        results = precompile(cases, args.target, jobs, echo, args.compile_timeout, deadline, timings)
+        _save_timings(args.timings, timings, args.target, _compile_times(results))
+        failed = [(cid, r[1]) for cid, r in results.items() if r[0] == "FAIL"]
+        for cid, why in failed:
+            echo(f"FAIL    {cid}: {why}")
+        for c in cases:
+            if c.error:
+                echo(f"FAIL    {c.id}: setup: {c.error}")
+        return 1 if failed or any(c.error for c in cases) else 0
     print(estimate, flush=True)
     try:
         batch = run_batch(args.tool, args.target, cases, args.sanitizer, jobs, not args.no_precompile, args.timeout,
-                          tuple(args.sanitizer_arg), echo=lambda s: print(s, flush=True))
+                          tuple(args.sanitizer_arg), echo=echo, compile_timeout=args.compile_timeout,
+                          stall_timeout=args.stall_timeout, timings=timings)
     except SetupError as exc:
         print(f"@@ CANNOT RUN: {exc}", file=sys.stderr)
         return 2
-    if args.timings:
-        timings.setdefault(f"{args.tool}/{args.target}", {}).update(batch.times)
-        with open(args.timings, "w", encoding="utf-8") as f:
-            json.dump(timings, f, indent=1, sort_keys=True)
+    _save_timings(args.timings, timings, args.target, batch.compile_times, (f"{args.tool}/{args.target}", batch.times))
     print(batch.report(), flush=True)
     return 0 if batch.ok else 1
 
