@@ -35,7 +35,22 @@ def pytest_unconfigure(config):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# The CPU suite runs under pytest-xdist with `--dist loadfile` (README): a file's tests go to one
+# worker, in collection order. The longest files (minutes each on the 2-core CI machine) go first,
+# longest first, so that no long file starts last and leaves the other worker idle.
+LONG_FILES = ("test_program_fuzz_compiled.py", "test_cuda.py", "test_docs.py", "test_program_fuzz.py",
+              "test_smem_fit.py", "test_edges.py", "test_programs.py", "test_properties.py", "test_llama_model.py",
+              "test_benchmarks.py", "test_llama_cli.py", "test_sgemm_emulated.py", "test_sgemm.py",
+              "test_input_fuzz.py", "test_sddmm.py", "test_tile_expressions.py")
+
+
+def _long_first(item) -> int:
+    name = os.path.basename(str(item.fspath))
+    return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_long_first)  # stable: the order within a file and among the rest stays
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return

@@ -189,7 +189,7 @@ def test_the_verifier_accepts_accumulate_with_sum():
 @pytest.mark.parametrize("attrs, message", [
     ('accumulate = true, axis = 1, fn = "max"', "`accumulate = true` takes fn `sum` only, got `max`"),
     ('accumulate = true, axis = 1, fn = "min"', "`accumulate = true` takes fn `sum` only, got `min`"),
-    ('accumulate = 1, axis = 1, fn = "sum"', "`accumulate` must be true or false, got 1"),
+    ('accumulate = 1, axis = 1, fn = "sum"', "attribute `accumulate` of `tile.reduce` must be `true` or `false`, got 1"),
 ])
 def test_the_verifier_rejects_other_accumulates(attrs, message):
     with pytest.raises(TkError) as info:

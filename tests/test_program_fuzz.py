@@ -3,7 +3,8 @@ lowering, every pass of the default pipeline and the IR's text round trip, each 
 the reference interpreter and checked element by element against torch in float64 within the
 program's own error bound, and bit for bit against the stage before (translation validation;
 `defer-reduce` alone may reorder a sum), every op located at a line of the program (issue 14,
-item 4); a sample also compiled by `tilelang-cpu` and run. A failing case is
+item 4); a sample also compiled by `tilelang-cpu` and run (tests/test_program_fuzz_compiled.py:
+a file of its own, so that pytest-xdist runs it beside this one). A failing case is
 shrunk by hypothesis and saved as tests/fuzz_regressions/new_<test>.tk (each failing example
 overwrites it, so the last, minimal one stays): rename it and commit it, and
 `test_saved_regression` replays it from then on.
@@ -28,6 +29,7 @@ import profiles
 from dsl.interpreter import run
 from dsl.ir import print_module
 from dsl.ir_parser import parse_module
+from fenced import launch_fenced
 from passes.manager import parse_pipeline, run_pipeline
 from program_gen import Program, programs
 from test_locations import _check as locations
@@ -110,8 +112,8 @@ def _check(program: Program, text: str, seed: int, dist: str, compiled: bool) ->
             path = os.path.join(d, "fuzz.tk")
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
-            results = tkc.compile(path, target="tilelang-cpu")(*inputs)
-        problem = program.check(list(results) if isinstance(results, tuple) else [results], named)
+            results = launch_fenced(tkc.compile(path, target="tilelang-cpu"), inputs)
+        problem = program.check(results, named)
         assert problem is None, f"tilelang-cpu: {problem}"
 
 
@@ -124,15 +126,6 @@ _FAST = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_to
 def test_generated_programs_through_every_pass(case):
     program, seed, dist = case
     check_program(program, seed, dist, compiled=False, test="passes")
-
-
-@settings(max_examples=COMPILED, deadline=None, suppress_health_check=_FAST)
-@given(case=st.tuples(programs(templates=("map2d", "rows", "rowloop", "gemm", "gather"), floats=("f32", "f16")),
-                      st.integers(0, 2**31 - 1),
-                      st.sampled_from(oracle.DISTRIBUTIONS)))
-def test_generated_programs_through_tilelang_cpu(case):
-    program, seed, dist = case
-    check_program(program, seed, dist, compiled=True, test="tilelang_cpu")
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(SAVED, "*.tk"))), ids=os.path.basename)
