@@ -166,8 +166,22 @@ def _kind(*xs):
     return "full"  # row with col, or either with full
 
 
+class _Infix:
+    """`(a OP b)` in both renderings, broadcasting as its operands do."""
+
+    @property
+    def kind(self):
+        return _kind(self.a, self.b)
+
+    def tk(self):
+        return f"({self.a.tk()} {self.op} {self.b.tk()})"
+
+    def ref(self):
+        return f"({self.a.ref()} {self.op} {self.b.ref()})"
+
+
 @dataclass(frozen=True)
-class Bin:
+class Bin(_Infix):
     """`a OP b` for + - * /; a divisor is always `abs(y) + c` with c >= 1."""
     op: str
     a: object
@@ -178,21 +192,11 @@ class Bin:
         return promote(self.a.dtype, self.b.dtype)
 
     @property
-    def kind(self):
-        return _kind(self.a, self.b)
-
-    @property
     def hi(self):
         a, b = self.a.hi, self.b.hi
         return {"+": a + b, "-": a + b, "*": a * b, "/": a}[self.op]
 
     exact = False
-
-    def tk(self):
-        return f"({self.a.tk()} {self.op} {self.b.tk()})"
-
-    def ref(self):
-        return f"({self.a.ref()} {self.op} {self.b.ref()})"
 
     def ev(self, env):
         (a, ea), (b, eb) = self.a.ev(env), self.b.ev(env)
@@ -381,23 +385,13 @@ class Cast:
 
 
 @dataclass(frozen=True)
-class Cmp:
+class Cmp(_Infix):
     """A comparison of exact operands (input tiles, numbers, scalars) → a bool tile."""
     op: str
     a: object
     b: object
 
     dtype = "bool"
-
-    @property
-    def kind(self):
-        return _kind(self.a, self.b)
-
-    def tk(self):
-        return f"({self.a.tk()} {self.op} {self.b.tk()})"
-
-    def ref(self):
-        return f"({self.a.ref()} {self.op} {self.b.ref()})"
 
     def value(self, env):
         a, b = self.a.ev(env)[0], self.b.ev(env)[0]
@@ -423,23 +417,13 @@ class BoolLeaf:
 
 
 @dataclass(frozen=True)
-class BoolCmp:
+class BoolCmp(_Infix):
     """`==` / `!=` of two bool tiles."""
     op: str
     a: object
     b: object
 
     dtype = "bool"
-
-    @property
-    def kind(self):
-        return _kind(self.a, self.b)
-
-    def tk(self):
-        return f"({self.a.tk()} {self.op} {self.b.tk()})"
-
-    def ref(self):
-        return f"({self.a.ref()} {self.op} {self.b.ref()})"
 
     def value(self, env):
         a, b = self.a.value(env), self.b.value(env)
@@ -693,6 +677,10 @@ class Program:
     def _out_shape(self, expr_kind):
         return "[M, 1]" if expr_kind == "col" and self.template in ("rows", "rowloop", "gather") else "[M, N]"
 
+    def _rows(self) -> str:
+        """The slice of a block's rows: BM rows, or one for the one-row-per-block templates."""
+        return "m : +1" if self.template in ("gather", "cluster") else "m*BM : +BM"
+
     def _load(self, name, dtype, shape):
         """The statement that loads input `name`'s tile (None for a scalar or index tensor)."""
         t = self.template
@@ -700,10 +688,7 @@ class Program:
             return None
         if shape == "VN":
             return f"{name.lower()} = {name}[ids[m] : +1, :]"
-        rows = {"map2d": "m*BM : +BM", "rows": "m*BM : +BM", "rowloop": "m*BM : +BM", "gemm": "m*BM : +BM",
-                "gather": "m : +1", "cluster": "m : +1"}[t]
-        cols = {"map2d": "n*BN : +BN", "rows": ":", "rowloop": "j*BN : +BN", "gemm": "n*BN : +BN", "gather": ":",
-                "cluster": ":"}[t]
+        rows, cols = self._rows(), {"map2d": "n*BN : +BN", "gemm": "n*BN : +BN", "rowloop": "j*BN : +BN"}.get(t, ":")
         if shape == "N":
             return f"{name.lower()} = {name}[{cols}]"
         if shape == "M1":
@@ -787,9 +772,7 @@ class Program:
             body.append("peer(sh, (r + 1) % 2) = x")
             body.append("x = sh")
         for name, dtype, e in self.outputs:
-            rows = {"map2d": "m*BM : +BM", "rows": "m*BM : +BM", "rowloop": "m*BM : +BM", "gemm": "m*BM : +BM",
-                    "gather": "m : +1", "cluster": "m : +1"}[t]
-            cols = "n*BN : +BN" if t in ("map2d", "gemm") else ":"
+            rows, cols = self._rows(), "n*BN : +BN" if t in ("map2d", "gemm") else ":"
             value = e.tk()
             if e.dtype != dtype:
                 value = f"cast({value}, {dtype})"
@@ -856,11 +839,11 @@ class Program:
             pad = self.d("BN") * -(-self.d("N") // self.d("BN")) - self.d("N")
             for n, _, s in self.inputs:
                 if s in ("MN", "N"):
-                    env[n] = F.pad(env[n], (0, pad)) if s == "N" or env[n].dtype != torch.bool else F.pad(env[n], (0, pad))
+                    env[n] = F.pad(env[n], (0, pad))
             ncols = self.d("N") + pad
             for name, fn, e in self.accs:
                 v, err = e.ev(env)
-                v = v.expand(env_rows(env), ncols) if v.dim() < 2 or v.shape[1] != ncols else v
+                v = v.expand(self.d("M"), ncols)  # a full-kind tree; a row or number broadcasts
                 err = err.expand_as(v)
                 if fn == "sum":
                     env[name] = v.sum(1, keepdim=True)
@@ -918,13 +901,6 @@ class Program:
         scope = {c.__name__: c for c in (Program, Leaf, Acc, Num, Scalar, Bin, Abs, Fn, MaxMin, Cast, Cmp, BoolLeaf,
                                          BoolCmp, Where, BoolNum, Reduce)}
         return eval(first[len(HEADER):], scope)  # our own repr (tests/fuzz_regressions)
-
-
-def env_rows(env):
-    for v in env.values():
-        if isinstance(v, torch.Tensor) and v.dim() == 2:
-            return v.shape[0]
-    return 1
 
 
 # ---------------------------------------------------------------------------------------------
