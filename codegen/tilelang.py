@@ -22,7 +22,7 @@ from dsl.ops import COMPARE, compare_dtype, dynamic_dims, peer_tiles, scalar_ref
 from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
 from passes.smem_tilelang import (MMA_MIN, async_copy_ok, gemm_instruction, mma_fits,  # noqa: F401 (tilelang_sddmm)
-                                  row_extent)
+                                  row_extent, thread_reduce)
 
 TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64": "T.float64",
              "i8": "T.int8", "i32": "T.int32", "bool": "T.bool"}
@@ -82,14 +82,27 @@ def tilelang_sddmm():
     return sddmm
 
 
-def emit(module: Module) -> str:
-    """TileLang source for the GPU (`tilelang.compile(..., target="cuda")`)."""
-    return _Emitter(module, cpu=False).run()
+def emit(module: Module, thread_reduce: bool = True) -> str:
+    """TileLang source for the GPU (`tilelang.compile(..., target="cuda")`). `thread_reduce=False`
+    keeps every reduction a serial loop (tkc/runtime.py falls back to it when TileLang finds no
+    layout for a `T.reduce_*`)."""
+    return _Emitter(module, cpu=False, thread_reduce=thread_reduce).run()
+
+
+# TileLang's messages when its layout inference or reduce lowering cannot place a `T.reduce_*`
+# (tkc/runtime.py then compiles the serial form).
+REDUCE_LAYOUT_FAILURES = ("no available layout found", "is_const_power_of_two_integer")
+
+
+def reduce_layout_failed(source: str, exc: BaseException) -> bool:
+    """Whether TileLang failed on `source` because it found no thread layout for one of its
+    `T.reduce_*` (then `emit(module, thread_reduce=False)` is the form that compiles)."""
+    return "T.reduce_" in source and any(m in str(exc) for m in REDUCE_LAYOUT_FAILURES)
 
 
 class _Emitter:
-    def __init__(self, module: Module, cpu: bool):
-        self.m, self.cpu = module, cpu
+    def __init__(self, module: Module, cpu: bool, thread_reduce: bool = True):
+        self.m, self.cpu, self.use_thread_reduce = module, cpu, thread_reduce
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
         self.tensors: dict[str, str] = {}  # IR name of a global tensor -> its Python name
@@ -103,6 +116,7 @@ class _Emitter:
         self.top_ops: list[Op] = []  # the ops of the kernel body, in order
         self.top_index: dict[int, int] = {}  # id(top-level op) -> its position in top_ops
         self.last_read: dict[int, int] = {}  # id(tile) -> position of the last top-level op reading it
+        self.reduce_tmp: dict[int, str] = {}  # id(tile.reduce op) -> its T.reduce_* fragment (thread_reduce)
         self.sddmm_names: dict[str, str] = {}  # a `tiles` grid's launch data -> its Python names (tilelang_sddmm)
 
     # ---- naming -----------------------------------------------------------------------------
@@ -235,6 +249,12 @@ class _Emitter:
             kind = "local" if self.cpu else {"shared": "shared", "frag": "fragment", "local": "fragment"}[t.space]
             self.line(2, f"{self.name(a.result)} = T.alloc_{kind}(({', '.join(self.dims(a.result))},), "
                       f"{TL_DTYPES[t.dtype]})")
+        for r in op.walk():
+            if r.name == "tile.reduce" and self.thread_reduce(r):
+                src, dst = r.operands
+                tmp = self.reduce_tmp[id(r)] = self.indices_named(f"{self.name(dst)}_red")
+                keep = [s for i, s in enumerate(self.dims(src)) if i != r.attrs["axis"]]
+                self.line(2, f"{tmp} = T.alloc_fragment(({', '.join(keep)},), {TL_DTYPES[dst.type.dtype]})")
         self.remote = peer_tiles(op)
         self.top_ops = list(op.body.ops)
         self.top_index = {id(top): i for i, top in enumerate(self.top_ops)}
@@ -245,6 +265,12 @@ class _Emitter:
                     self.last_read[id(v)] = i
         self.region(op.body.ops, 2)
         self.wait_copies(2, "before the block exits")
+
+    def thread_reduce(self, op: Op) -> bool:
+        """Whether reduce `op` becomes `T.reduce_*` (passes/smem_tilelang.py `thread_reduce`). A
+        serial loop over the axis makes layout inference give every thread whole rows (rmsnorm at
+        N = 4096: six float[4096] per thread, 1.1 s per call on an H100, ten minutes in nvcc)."""
+        return not self.cpu and self.use_thread_reduce and thread_reduce(op, self.threads)
 
     def cluster(self, op: Op) -> str:
         """`T.Kernel` arguments for a thread-block cluster (TileLang 0.1.15: 1-d clusters, peer
@@ -544,6 +570,19 @@ class _Emitter:
     def op_reduce(self, op: Op, depth: int) -> None:
         src, dst = op.operands
         axis, fn = op.attrs["axis"], op.attrs["fn"]
+        if id(op) in self.reduce_tmp:
+            # TileLang's reduce into a fragment without the axis (its lowering takes no keepdim
+            # shape), then copied into the tile (added to it for `accumulate`).
+            tmp = self.reduce_tmp[id(op)]
+            self.line(depth, f"T.reduce_{fn}({self.name(src)}, {tmp}, dim={axis})")
+            keep = [s for i, s in enumerate(self.dims(dst)) if i != axis]
+            idx, d = self.loop_nest(keep, depth)
+            full = list(idx)
+            full.insert(axis, "0")
+            target = f"{self.name(dst)}[{', '.join(full)}]"
+            value = f"{tmp}[{', '.join(idx)}]"
+            self.line(d, f"{target} = {target} + {value}" if op.attrs.get("accumulate") else f"{target} = {value}")
+            return
         shape = self.dims(dst)
         keep = [s for i, s in enumerate(shape) if i != axis]
         idx, d = self.loop_nest(keep or ["1"], depth)

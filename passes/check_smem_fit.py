@@ -186,13 +186,17 @@ def _tilelang_diagnostic(plan, launch: Op, kernel: str, limit: int, target: str)
         gap = max(0, buf.offset - reach)
         adds = max(0, buf.offset + buf.size - reach) - gap
         padding, reach = padding + gap, max(reach, buf.offset + buf.size)
-        v, s = buf.alloc.result, buf.versions
-        head = f"`{v}` {v.type}: {buf.nbytes} bytes x {s} stage{'s' * (s != 1)}"
+        s = buf.versions
+        if buf.workspace:
+            head = f"{_name(buf)} (one element per thread): {buf.nbytes} bytes"
+        else:
+            v = buf.alloc.result
+            head = f"`{v}` {v.type}: {buf.nbytes} bytes x {s} stage{'s' * (s != 1)}"
         dsmem = "(read by peers through DSMEM) " if buf.alloc.attrs.get("dsmem") else ""
         if adds < buf.size:  # placed in bytes of tiles whose lifetimes ended before it starts
-            shared = next(b.alloc.result for b in placed if b.offset < buf.offset + buf.size
+            shared = next(_name(b) for b in placed if b.offset < buf.offset + buf.size
                           and buf.offset < b.offset + b.size)
-            head += f", {'in' if adds == 0 else 'partly in'} the bytes of `{shared}` after its last use"
+            head += f", {'in' if adds == 0 else 'partly in'} the bytes of {shared} after its last use"
         placed.append(buf)
         notes.append((adds, buf.size, f"{head} = {adds} bytes {dsmem}(from {buf.alloc.loc})"))
     notes = [text for _, _, text in sorted(notes, key=lambda t: (-t[0], -t[1]))]
@@ -204,13 +208,23 @@ def _tilelang_diagnostic(plan, launch: Op, kernel: str, limit: int, target: str)
                       f"limit is {limit} on {target}", notes)
 
 
+def _name(buf) -> str:
+    """How a note names a buffer of TileLang's plan: a tile, or a reduction's workspace."""
+    if buf.workspace:
+        return f"the workspace of `{buf.alloc.attrs['fn']}` over axis {buf.alloc.attrs['axis']} of `{buf.alloc.operands[0]}`"
+    return f"`{buf.alloc.result}`"
+
+
 def _tilelang_fix(plan, limit: int, launch: Op) -> str:
     """The most pipeline stages that fit, else how far the largest tile must shrink."""
     stages = max((b.versions for b in plan.buffers), default=1)
     for fits in range(stages - 1, 0, -1):
         if _replan(plan, lambda b: (b.nbytes, min(b.versions, fits))) <= limit:
             return f"fix: use at most {fits} pipeline stage{'s' * (fits != 1)} (e.g. `-D stages={fits}`)"
-    largest = max(plan.buffers, key=lambda b: b.size)
+    tiles = [b for b in plan.buffers if not b.workspace]
+    if not tiles:
+        return "fix: use fewer threads per block (each reduction's workspace holds one element per thread)"
+    largest = max(tiles, key=lambda b: b.size)
     factor = 2
     while factor < 1 << 20 and _replan(plan, lambda b: (b.nbytes // factor if b is largest else b.nbytes,
                                                         b.versions)) > limit:

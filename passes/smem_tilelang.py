@@ -93,9 +93,82 @@ def tensor_core_instruction(m: int, n: int, k: int, threads: int) -> str:
     return "wgmma" if m >= 64 and (threads // 32) % 4 == 0 else "mma"
 
 
+def thread_reduce(op: Op, threads: int) -> bool:
+    """Whether codegen/tilelang.py lowers reduce `op` to TileLang's `T.reduce_*` (each thread
+    combines the elements it holds, then the threads that share an output element combine over
+    warp shuffles) rather than a serial loop over the axis: register tiles of one float dtype,
+    at least 2-d, power-of-two extents and thread count. TileLang 0.1.15 combines threads with
+    XOR shuffles over power-of-two groups; its lowering fails (no layout, or a non-power-of-two
+    shuffle width) for 96 threads, a last axis of 24, 40, 48 or 96 elements, or 96 columns
+    summed over rows by 32 threads (swept on the CPU: 1-64 rows, 1-4096 columns, 32-1024
+    threads, f16 and f32, both axes). A layout TileLang still cannot find (a small accumulated
+    tile whose replicas do not match the reduction's) falls back to the serial form at compile
+    time (tkc/runtime.py)."""
+    src, dst = op.operands
+    if (len(src.type.shape) < 2 or src.type.dtype != dst.type.dtype or dst.type.dtype not in ("f16", "bf16", "f32", "f64")
+            or src.type.space not in ("frag", "local") or dst.type.space not in ("frag", "local")):
+        return False
+    try:
+        shape = src.type.concrete_shape({})
+    except exprs.ExprError:  # not tiled yet
+        return False
+    return _pow2(threads) and all(_pow2(n) for n in shape)
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def reduce_threads(op: Op, threads: int, inherited: bool = False) -> set[int]:
+    """The threads that hold elements of the first output element of thread reduce `op`, under
+    TileLang's partition of the source tile: row-major vectors of up to 16 bytes along the last
+    axis, dealt round-robin to the block's threads. A tile with fewer vectors than threads
+    takes the first threads, one vector each, unless its layout is `inherited` from an earlier
+    reduction's replicated result (`replicated_tiles`): TileLang then combines over the whole
+    block."""
+    src = op.operands[0]
+    shape = src.type.concrete_shape({})
+    size = DTYPES[src.type.dtype][0]
+    total = 1
+    for n in shape:
+        total *= n
+    vec = max(1, min(16 // size, shape[-1], total // threads))
+    while vec & (vec - 1):
+        vec -= 1
+    if total // vec < threads and inherited:
+        return set(range(threads))
+    active = min(threads, total // vec)
+    axis = op.attrs["axis"]
+    stride = 1
+    for n in shape[axis + 1:]:
+        stride *= n
+    return {(k * stride // vec) % active for k in range(shape[axis])}
+
+
+def replicated_tiles(launch: Op, threads: int) -> set[int]:
+    """ids of the register tiles whose TileLang layout comes from a thread reduction's result
+    (its replicas), directly or through elementwise ops."""
+    out: set[int] = set()
+    for op in launch.walk():
+        if op.name == "tile.reduce" and thread_reduce(op, threads):
+            out.add(id(op.operands[1]))
+        elif op.name == "tile.elementwise" and any(id(v) in out for v in op.operands[:-1]):
+            out.add(id(op.operands[-1]))
+    return out
+
+
+def reduce_workspace(op: Op, threads: int, inherited: bool = False) -> int:
+    """Shared bytes TileLang gives thread reduce `op`: when the threads that combine lie in more
+    than one warp, they exchange partial results through one element per thread of the block."""
+    if len({t // 32 for t in reduce_threads(op, threads, inherited)}) <= 1:
+        return 0
+    return threads * DTYPES[op.operands[1].type.dtype][0]
+
+
 @dataclass
 class TlBuffer:
-    """One shared tile in TileLang's merged buffer."""
+    """One shared tile in TileLang's merged buffer (or a reduction's workspace: `alloc` is then
+    the `tile.reduce` op)."""
 
     alloc: Op
     nbytes: int  # one copy
@@ -104,6 +177,10 @@ class TlBuffer:
     start: int  # first top-level op that touches it
     end: int  # one past the last
     offset: int = 0
+
+    @property
+    def workspace(self) -> bool:
+        return self.alloc.name == "tile.reduce"
 
     @property
     def size(self) -> int:
@@ -121,7 +198,12 @@ def plan(launch: Op, env: dict[str, int]) -> TlPlan:
     evaluated under `env`."""
     threads = exprs.evaluate(exprs.parse(str(launch.attrs.get("threads", "128"))), env)
     allocs = [op for op in launch.walk() if op.name == "tile.alloc" and op.result.type.space == "shared"]
-    if not allocs:
+    inherited = replicated_tiles(launch, threads)
+    work = {id(op): reduce_workspace(op, threads, id(op.operands[0]) in inherited) for op in launch.walk()
+            if op.name == "tile.reduce" and thread_reduce(op, threads)}
+    work = {k: n for k, n in work.items() if n}
+    reduces = {id(op): op for op in launch.walk() if id(op) in work}
+    if not allocs and not work:
         return TlPlan([], 0)
     ids = {id(a.result): a for a in allocs}
     spans: dict[int, list[int]] = {}
@@ -138,10 +220,13 @@ def plan(launch: Op, env: dict[str, int]) -> TlPlan:
                 if id(v) in ids:
                     span = spans.setdefault(id(v), [pos, pos + 1])
                     span[1] = pos + 1
+            if id(op) in work:  # live through the top-level statement that holds the reduction
+                spans[id(op)] = [pos, pos + 1]
     bufs = [TlBuffer(a, a.result.type.nbytes(env), versions.get(id(a.result), int(a.attrs.get("stages", 1))),
                      align.get(id(a.result), ALIGN), *spans[id(a.result)])
             for a in allocs if id(a.result) in spans]
-    return TlPlan(bufs, pack(bufs, len(allocs)))
+    bufs += [TlBuffer(reduces[k], n, 1, ALIGN, *spans[k]) for k, n in work.items()]
+    return TlPlan(bufs, pack(bufs, len(allocs) + len(work)))
 
 
 def _statements(ops: list[Op], env: dict[str, int]):

@@ -203,8 +203,14 @@ def test_backends_add_onto_the_accumulator():
     module = driver.optimize(driver.frontend(ROW_SUM), "tilelang")
     tl = tilelang.emit(module)
     assert tl.count("T.clear(s)") == 1 and not re.search(r"^\s*s\[i, 0\] = T\.Cast", tl, re.M)
-    loop = tl[tl.index("for j in T.serial(4):"):]
-    assert re.search(r"^\s*s\[(\w+), 0\] = s\[\1, 0\] \+ \w+\[\1, \w+\]$", loop, re.M), tl
+    # TileLang's thread reduction into a fragment of its own, then added onto s
+    after = tl[tl.index("T.reduce_sum(part_0, s_red, dim=1)"):]
+    assert re.search(r"^\s*s\[(\w+), 0\] = s\[\1, 0\] \+ s_red\[\1\]$", after, re.M), tl
+    # the serial form (tkc/runtime.py's fallback when TileLang finds no layout) adds onto s too
+    serial = tilelang.emit(module, thread_reduce=False)
+    assert "T.reduce_" not in serial
+    loop = serial[serial.index("for j in T.serial(4):"):]
+    assert re.search(r"^\s*s\[(\w+), 0\] = s\[\1, 0\] \+ \w+\[\1, \w+\]$", loop, re.M), serial
     # the default pipeline defers the sums out of the loop (defer-reduce): per-thread partial
     # sums in the loop, then each register reduction adds onto s and t once
     src = cuda.emit(driver.optimize(driver.frontend(ROW_SUM), "cuda"))

@@ -61,10 +61,21 @@ def build(artifact: driver.Artifact, cache: Cache):
         raise error(Loc(artifact.module.func.loc.file, 0, 0), f"target `{artifact.target}` cannot be launched",
                 "launchable targets: tilelang, tilelang-cpu")
     try:
-        func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}")
-        if artifact.target == "tilelang-cpu":
-            kernel = tilelang.compile(func, target="c", compile_flags=["-O2"])
-        else:
+        try:
+            func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}")
+            if artifact.target == "tilelang-cpu":
+                kernel = tilelang.compile(func, target="c", compile_flags=["-O2"])
+            else:
+                kernel = tilelang.compile(func, target="cuda", pass_configs=tilelang_gpu.PASS_CONFIGS)
+        except Exception as exc:
+            if artifact.target != "tilelang" or not tilelang_gpu.reduce_layout_failed(artifact.source, exc):
+                raise
+            # TileLang found no thread layout for a `T.reduce_*` (codegen/tilelang.py
+            # `thread_reduce`): the cache entry gets the serial form, which always lays out.
+            source = tilelang_gpu.emit(artifact.module, thread_reduce=False)
+            cache.put(artifact.key, {driver.SOURCE_FILE["tilelang"]: source, driver.IR_FILE: artifact.ir_text},
+                      "tilelang")
+            func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}_serial")
             kernel = tilelang.compile(func, target="cuda", pass_configs=tilelang_gpu.PASS_CONFIGS)
     except Exception as exc:  # TileLang rejected code we generated: a tkc bug, not a user error
         first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__

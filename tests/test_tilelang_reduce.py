@@ -1,0 +1,80 @@
+"""Reductions on the `tilelang` backend (codegen/tilelang.py, passes/smem_tilelang.py
+`thread_reduce`): register-tile reductions with power-of-two extents become TileLang's
+`T.reduce_*` (threads combine over warp shuffles), others a serial loop over the axis; the
+`tir` target and the runtime fall back to the serial form when TileLang finds no layout; the
+shared-memory model counts the reduction's workspace. Numerics of `T.reduce_*` need a GPU:
+tests/gpu/test_gpu_quick.py runs every example with reductions against torch through it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from codegen import tilelang
+from passes import smem_tilelang
+from tkc import driver
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _module(path: str, **values):
+    return driver.optimize(driver.frontend(os.path.join(ROOT, path), values), "tilelang")
+
+
+def test_rmsnorm_rows_reduce_over_the_threads():
+    """The seed's rmsnorm row (8 x 4096 over 1024 threads): one T.reduce_sum into a fragment
+    without the axis, stored into the [8, 1] tile; not a serial loop over 4096 columns."""
+    src = tilelang.emit(_module("examples/rmsnorm.tk"))
+    assert "T.reduce_sum(t1, ss_red, dim=1)" in src, src
+    assert "ss_red = T.alloc_fragment((8,), T.float32)" in src
+    assert "ss[i, 0] = ss_red[i]" in src
+    assert "T.serial(4096)" not in src
+    serial = tilelang.emit(_module("examples/rmsnorm.tk"), thread_reduce=False)
+    assert "T.reduce_" not in serial and "for j in T.serial(4096):" in serial
+
+
+@pytest.mark.parametrize("values, why", [
+    ({"N": 40}, "a last axis of 40 columns"),
+    ({"N": 96}, "a last axis of 96 columns"),
+])
+def test_extents_tilelang_cannot_shuffle_stay_serial(values, why):
+    src = tilelang.emit(_module("tests/programs/reduce.tk", **values))
+    assert "T.reduce_" not in src, why
+    assert "T.reduce_max" in tilelang.emit(_module("tests/programs/reduce.tk", N=32))
+
+
+def test_tir_falls_back_to_the_serial_form(monkeypatch):
+    """Forced onto a tile TileLang cannot lay out for `T.reduce_*` (16 x 40 over 128 threads:
+    "no available layout found"), `tir` lowers the serial form instead of failing."""
+    pytest.importorskip("tilelang")
+    from codegen import tir
+
+    module = _module("tests/programs/reduce.tk", N=40)
+    monkeypatch.setattr(tilelang, "thread_reduce", lambda op, threads: len(op.operands[0].type.shape) == 2)
+    assert "T.reduce_max" in tilelang.emit(module)
+    out = tir.emit(module)
+    assert "AllReduce" not in out and "kernel `reduce`" in out
+    monkeypatch.undo()
+    assert "AllReduce" in tir.emit(_module("tests/programs/reduce.tk", N=32))
+
+
+def test_the_workspace_is_one_element_per_thread():
+    """rmsnorm's reduction spans 32 warps: TileLang gives it 1024 floats of shared memory (the
+    kernel's only shared buffer, 4096 bytes as tests/test_smem_fit.py measures); attention's
+    sum over 128 columns stays in one warp (no workspace), its other three reductions do not
+    (3072 bytes: the three live at once, in the loop over the cache)."""
+    module = _module("examples/rmsnorm.tk")
+    launch = next(op for op in module.func.body.ops if op.name == "tile.launch")
+    plan = smem_tilelang.plan(launch, module.env)
+    assert plan.total == 4096 and [b.workspace for b in plan.buffers] == [True]
+    module = _module("examples/attention.tk")
+    launch = next(op for op in module.func.body.ops if op.name == "tile.launch")
+    reduces = [op for op in launch.walk() if op.name == "tile.reduce"]
+    assert smem_tilelang.reduce_threads(reduces[0], 256) == set(range(32))
+    inherited = smem_tilelang.replicated_tiles(launch, 256)
+    assert [id(op.operands[0]) in inherited for op in reduces] == [False, True, True, True]
+    assert [smem_tilelang.reduce_workspace(op, 256, id(op.operands[0]) in inherited)
+            for op in reduces] == [0, 1024, 1024, 1024]
+    assert smem_tilelang.plan(launch, module.env).total == 3072
