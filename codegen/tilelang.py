@@ -219,7 +219,14 @@ class _Emitter:
             tilelang_sddmm().emit_launch(self, op)
             return
         grid = ", ".join(tl_expr(g) for g in op.attrs["grid"])
-        threads = self.threads = exprs.evaluate(exprs.parse(op.attrs["threads"]), self.env)
+        try:
+            threads = self.threads = exprs.evaluate(exprs.parse(op.attrs["threads"]), self.env)
+            for a in op.walk():
+                if a.name == "tile.alloc":
+                    a.result.type.concrete_shape({})
+        except exprs.ExprError:
+            raise error(op.loc, "the TileLang backend needs concrete tile shapes and a thread count",
+                        "run the `tile` pass first (`tkc compile` does)") from None
         vars_ = ", ".join(op.attrs["vars"])
         extra = "" if self.cpu else f", threads={threads}"
         if "cluster" in op.attrs:

@@ -68,6 +68,10 @@ class FuncOp(Op):
         for a in self.regions[0].args:
             if a.type.space != "global":
                 fail(f"argument `{a}` must be in space `global`, not `{a.type.space}`")
+        for kind in ("dims", "dynamic"):  # 0 is a value (a sparse pattern's NNZ when it is empty)
+            for name, value in (self.attrs.get(kind) or {}).items():
+                if isinstance(value, int) and value < 0:
+                    fail(f"dim `{name}` must not be negative, got {value} (in `{kind}`)")
 
 
 class RequireOp(Op):
@@ -484,7 +488,7 @@ ATTRS: dict[str, dict[str, tuple[str, bool]]] = {
                     "cluster": ("exprs", False), "ranks": ("names", False), "tiles": ("name", False),
                     "tile_shape": ("exprs", False)},
     "tile.alloc": {"stages": ("int", False), "dsmem": ("bool", False)},
-    "tile.fill": {"value": ("number", False), "index": ("expr", False), "axis": ("int", False)},
+    "tile.fill": {"value": ("number", True), "index": ("expr", False), "axis": ("int", False)},
     "tile.copy": {"src_offsets": ("exprs", False), "dst_offsets": ("exprs", False), "src_steps": ("ints", False),
                   "dst_steps": ("ints", False), "checked": ("bools", False), "async": ("bool", False)},
     "tile.elementwise": {"fn": ("str", True), "scalar": ("number", False)},

@@ -111,9 +111,14 @@ def _check(module: Module, env: dict[str, int]) -> list[Diagnostic]:
             continue
         first = [int(i) for i in np.argwhere(missing)[0]]
         total = missing.size
-        where = stores[id(a)][0].loc if stores[id(a)] else func.loc
-        if not stores[id(a)]:
+        static = [op for op in func.walk() if op.name == "tile.copy" and op.operands[1] is a]
+        where = stores[id(a)][0].loc if stores[id(a)] else static[0].loc if static else func.loc
+        if not static:
             notes = [f"nothing stores to it: write it, e.g. `{a.name}[...] = ...`"]
+        elif not stores[id(a)]:  # its stores are in an empty grid or loop at these dims
+            notes = ["no block runs its store at these dims: a grid or loop bound that rounds down to 0 "
+                     "(e.g. `M / BM` with M < BM) runs nothing: use `cdiv(...)` for it, or state the "
+                     "smallest value with `requires` (e.g. `requires M >= BM`)"]
         else:
             notes = [f"stored at {', '.join(str(op.loc) for op in stores[id(a)])}"] if len(stores[id(a)]) > 1 else []
             notes.append("a grid or loop bound that rounds down leaves the rest: use `cdiv(...)` for it, or "
