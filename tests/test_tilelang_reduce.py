@@ -78,3 +78,16 @@ def test_the_workspace_is_one_element_per_thread():
     assert [smem_tilelang.reduce_workspace(op, 256, id(op.operands[0]) in inherited)
             for op in reduces] == [0, 1024, 1024, 1024]
     assert smem_tilelang.plan(launch, module.env).total == 3072
+
+
+def test_an_over_budget_workspace_is_named_in_the_diagnostic():
+    """check-smem-fit's notes name a reduction's workspace and, with no tile to shrink, suggest
+    fewer threads (rmsnorm's 4096 bytes against a 1000-byte limit)."""
+    from passes.check_smem_fit import _tilelang_diagnostic
+
+    module = _module("examples/rmsnorm.tk")
+    launch = next(op for op in module.func.body.ops if op.name == "tile.launch")
+    diag = _tilelang_diagnostic(smem_tilelang.plan(launch, module.env), launch, "rmsnorm", 1000, "sm_90")
+    assert diag.message == "kernel `rmsnorm` needs 4096 bytes of shared memory per block; limit is 1000 on sm_90"
+    assert any("the workspace of `sum` over axis 1 of `%" in n and "4096 bytes" in n for n in diag.notes), diag.notes
+    assert diag.notes[-1].startswith("fix: use fewer threads per block"), diag.notes
