@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 from dsl.diagnostics import Diagnostic, error
 from dsl.ir import Module, Op, Value
+from dsl.ops import peer_tiles
 from dsl.types import DTYPES
 from dsl.warp_tiling import WarpTiling, warp_tiling
 
@@ -455,6 +456,13 @@ def _lifetimes(launch: Op) -> dict[int, tuple[int, int]]:
                     members.append(id(v))
 
     visit(launch.body.ops, [])
+    # A tile the cluster's other blocks read or write through DSMEM is in use until the last
+    # cluster barrier, not only until this block's last op on it: reusing its bytes earlier
+    # (a register tile kept in shared memory, placed over it) let the peer read the new data
+    # (a generated program through `cuda` on an H200, tests/fuzz_regressions/dsmem_bytes_reused.tk).
+    for vid in peer_tiles(launch):
+        if vid in spans:
+            spans[vid][1] = pos
     return {k: (a, b) for k, (a, b) in spans.items()}
 
 

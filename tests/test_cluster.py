@@ -432,3 +432,26 @@ def test_map_dsmem_orders_every_mix_of_peer_accesses(tmp_path_factory, stmts, da
     tol = oracle.error_budgets(lowered[0])["Y"].tol("f32")
     err = oracle.rel_error(outs[0][~nan], ref[~nan])
     assert err <= tol, f"relative error {err:.3e} > tolerance {tol:.3e}"
+
+
+@pytest.mark.parametrize("path", ["tests/fuzz_regressions/dsmem_bytes_reused.tk", "examples/cluster_reduce_dsmem.tk",
+                                  "examples/cluster_reduce_dsmem_pull.tk"])
+def test_cuda_keeps_the_bytes_peers_access_to_itself(path):
+    """The cuda backend's shared-memory placement gives no other buffer the bytes of a tile the
+    peer block reads or writes through DSMEM: the peer may access them until the kernel's last
+    cluster barrier (a register tile placed over them broke a generated program on an H200)."""
+    from dsl.ops import peer_tiles
+    from passes.cuda_placement import make_plan
+
+    module = optimize(frontend(os.path.join(ROOT, path)), "cuda")
+    launch = next(op for op in module.func.body.ops if op.name == "tile.launch")
+    plan = make_plan(module, launch, int(launch.attrs["threads"]))
+    peers = peer_tiles(launch)
+    shared = [b for b in plan.order if id(b.value) in peers]
+    assert shared, "no peer tile in shared memory"
+    for p in shared:
+        for b in plan.order:
+            if b is not p:
+                assert b.offset + b.nbytes <= p.offset or p.offset + p.nbytes <= b.offset, (
+                    f"`{b.value}` [{b.offset}, {b.offset + b.nbytes}) overlaps peer tile `{p.value}` "
+                    f"[{p.offset}, {p.offset + p.nbytes})")
