@@ -28,7 +28,7 @@ from tkc.models.llama import Llama
 from tkc.models.llama_reference import TorchLlama
 from tkc.models.sampler import Sampler
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # the full tier: serial TileLang builds of 10-40 s each; tests/gpu/test_gpu_quick.py covers its examples
+pytestmark = pytest.mark.gpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "int8": 1e-2}

@@ -1,7 +1,5 @@
 """The GPU quick tier: every example and test program through both GPU backends (`tilelang`,
-`cuda`) at its all-partial shape, other stage counts and schedule variants of
-tests/edge_shapes.py (the full tier, `-m gpu`, adds every one-dim tile edge: 880 cases against
-186), on every input distribution of tkc/oracle.py,
+`cuda`) at every tile edge of tests/edge_shapes.py, on every input distribution of tkc/oracle.py,
 against torch in float64 on the same inputs, within the tolerance derived from the kernel's dtypes
 and reduction length. The one allowed outcome besides a match is TileLang's located diagnostic
 for a register tile it cannot lay out over the block's threads (reported as xfail). Inputs and
@@ -34,32 +32,8 @@ from fenced import launch_fenced  # noqa: E402
 pytestmark = pytest.mark.gpu
 
 TARGETS = ("tilelang", "cuda")
-
-
-def _quick(path: str, case: str, cases: list) -> bool:
-    """The quick tier's cases of a file: its all-partial shape, other stage counts and schedule
-    variants (one compile each per backend); the one-dim-at-a-time edges are the full tier's
-    (marked `slow`). A file with none of these keeps its first case."""
-    from edge_shapes import SPECS
-
-    one_dim = case.count("=") == 1 and case.split("=")[0] in SPECS[path].tiles
-    if not one_dim:
-        return True
-    return all(c.count("=") == 1 and c.split("=")[0] in SPECS[path].tiles for _, c, _ in cases) and case == cases[0][1]
-
-
-def _cases() -> list:
-    out = []
-    every = all_cases()
-    for t in TARGETS:
-        for p, c, v in every:
-            mine = [x for x in every if x[0] == p]
-            marks = () if _quick(p, c, mine) else (pytest.mark.slow,)
-            out.append(pytest.param(t, p, c, v, marks=marks, id=f"{t}:{os.path.basename(p)}:{c}"))
-    return out
-
-
-CASES = _cases()
+CASES = [(t, p, c, v) for t in TARGETS for p, c, v in all_cases()]
+IDS = [f"{t}:{os.path.basename(p)}:{c}" for t, p, c, _ in CASES]
 
 
 def _consts(path: str, values: dict[str, int]) -> dict[str, int]:
@@ -98,7 +72,7 @@ def cache_dir(request):
     return root
 
 
-@pytest.mark.parametrize("target, path, case, values", CASES)
+@pytest.mark.parametrize("target, path, case, values", CASES, ids=IDS)
 def test_gpu_backend_at_tile_edges(target, path, case, values, cache_dir):
     full = os.path.join(ROOT, path)
     module = driver.frontend(full, values)
