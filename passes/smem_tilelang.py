@@ -132,9 +132,7 @@ def reduce_threads(op: Op, threads: int, inherited: bool = False) -> set[int]:
     total = 1
     for n in shape:
         total *= n
-    vec = max(1, min(16 // size, shape[-1], total // threads))
-    while vec & (vec - 1):
-        vec -= 1
+    vec = max(1, min(16 // size, shape[-1], total // threads))  # powers of two (thread_reduce)
     if total // vec < threads and inherited:
         return set(range(threads))
     active = min(threads, total // vec)
@@ -199,10 +197,12 @@ def plan(launch: Op, env: dict[str, int]) -> TlPlan:
     threads = exprs.evaluate(exprs.parse(str(launch.attrs.get("threads", "128"))), env)
     allocs = [op for op in launch.walk() if op.name == "tile.alloc" and op.result.type.space == "shared"]
     inherited = replicated_tiles(launch, threads)
-    work = {id(op): reduce_workspace(op, threads, id(op.operands[0]) in inherited) for op in launch.walk()
-            if op.name == "tile.reduce" and thread_reduce(op, threads)}
-    work = {k: n for k, n in work.items() if n}
-    reduces = {id(op): op for op in launch.walk() if id(op) in work}
+    work = {}  # id(thread reduce) -> (the op, its workspace bytes), for those that need one
+    for op in launch.walk():
+        if op.name == "tile.reduce" and thread_reduce(op, threads):
+            nbytes = reduce_workspace(op, threads, id(op.operands[0]) in inherited)
+            if nbytes:
+                work[id(op)] = (op, nbytes)
     if not allocs and not work:
         return TlPlan([], 0)
     ids = {id(a.result): a for a in allocs}
@@ -225,7 +225,7 @@ def plan(launch: Op, env: dict[str, int]) -> TlPlan:
     bufs = [TlBuffer(a, a.result.type.nbytes(env), versions.get(id(a.result), int(a.attrs.get("stages", 1))),
                      align.get(id(a.result), ALIGN), *spans[id(a.result)])
             for a in allocs if id(a.result) in spans]
-    bufs += [TlBuffer(reduces[k], n, 1, ALIGN, *spans[k]) for k, n in work.items()]
+    bufs += [TlBuffer(op, n, 1, ALIGN, *spans[k]) for k, (op, n) in work.items()]
     return TlPlan(bufs, pack(bufs, len(allocs) + len(work)))
 
 
