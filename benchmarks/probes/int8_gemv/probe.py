@@ -1,0 +1,86 @@
+"""Probe (issue 10): where the int8 GEMV's time goes, by hand-edited variants of generated CUDA.
+
+Each `variants/*.cu` is a `tkc compile --target cuda -D D=11008` output at K = 4096 (G = GS = 64)
+of examples/matmul_q8.tk, examples/matmul_f16.tk or a form of the GEMV in this folder
+(`matmul_q8_factor.tk`: `sum(cast(W) * X, 2) * S`; `matmul_q8_loop.tk`: NB blocks looping over row
+groups; `matmul_q8_pipelined.tk`: the same loop `pipelined`, with -D BD, stages, NB as named),
+some edited by hand as their names say: `_prmt` converts int8 -> f32 four at a time by byte
+permute (prmt + fadd per weight instead of shl, shr, iadd, fadd); `_prefetch` loads the next
+trip's W into registers before the current trip's arithmetic. `q8_persist*.cu` are written by
+hand (not generated): the generated layout in a persistent loop over row groups, X in registers
+for the whole kernel, the next group's W and S loaded before the current one is reduced.
+Every variant is checked against float64 torch, then timed (do_bench median over 4 rotated input
+sets, and as CUDA-graph replays: the kernel without the launch's host time).
+Run on the device machine: `python3 benchmarks/probes/int8_gemv/probe.py [VARIANT ...] [--check-only]`
+(`--check-only`: launch and check only, to run under `ncu`).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
+
+D, K, GS = 11008, 4096, 64
+
+
+def main() -> None:
+    import torch
+
+    from miss import copy_bandwidth
+    from tkc.bench import Timer, graph_ms, rotating
+    from tkc.cuda_runtime import CudaLaunch
+
+    timer = Timer(cpu=False, warmup_ms=25, rep_ms=200)
+    copy = {"tbps": 1.0} if "--check-only" in sys.argv else copy_bandwidth(timer, "cuda", 1 << 30)
+    print(f"{torch.cuda.get_device_name()}: copy {copy['tbps']:.2f} TB/s")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q8_sets, f16_sets = [], []
+    for _ in range(4):
+        W = torch.randint(-127, 128, (D, K // GS, GS), device="cuda", dtype=torch.int8, generator=g)
+        S = torch.rand((D, K // GS, 1), device="cuda", generator=g) * 0.02 + 0.001
+        X = torch.randn((K // GS, GS), device="cuda", generator=g)
+        q8_sets.append((W, S, X, torch.empty((D, 1), device="cuda")))
+    for _ in range(3):
+        W = torch.randn((D, K), device="cuda", generator=g).half()
+        X = torch.randn((1, K), device="cuda", generator=g)
+        f16_sets.append((W, X, torch.empty((D, 1), device="cuda")))
+    q8_bytes = D * K + D * (K // GS) * 4 + K * 4 + D * 4
+    f16_bytes = D * K * 2 + K * 4 + D * 4
+    rows = []
+    only = [a for a in sys.argv[1:] if not a.startswith("--")]
+    for path in sorted(glob.glob(os.path.join(HERE, "variants", "*.cu"))):
+        name = os.path.basename(path)[:-3]
+        if only and name not in only:
+            continue
+        with open(path) as f:
+            kernel = CudaLaunch(path, f.read())
+        q8 = name.startswith("q8")
+        sets = q8_sets if q8 else f16_sets
+        for s in sets[:2]:
+            s[-1].fill_(float("nan"))
+            kernel(*s)
+            if q8:
+                ref = (s[0].double() * s[1].double()).reshape(D, K) @ s[2].double().reshape(K, 1)
+            else:
+                ref = s[0].double() @ s[1].double().T
+            err = ((s[-1].double() - ref).norm() / ref.norm()).item()
+            if not err < 1e-5:
+                raise SystemExit(f"{name}: relative error {err}")
+        if "--check-only" in sys.argv:  # one launch per set for a profiler (ncu)
+            continue
+        us = timer(rotating(kernel, sets)) * 1e3
+        gus = graph_ms(timer, kernel, sets) * 1e3
+        nbytes = q8_bytes if q8 else f16_bytes
+        rows.append((name, us, gus, nbytes / (gus * 1e-6) / 1e12 / copy["tbps"] * 100))
+    print(f"{'variant':<18} {'us':>8} {'graph us':>9} {'% copy':>7}")
+    for name, us, gus, pct in rows:
+        print(f"{name:<18} {us:8.1f} {gus:9.1f} {pct:6.0f}%")
+
+
+if __name__ == "__main__":
+    main()

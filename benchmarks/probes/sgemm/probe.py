@@ -1,0 +1,58 @@
+"""Probe (issue 10): where the tuned SGEMM's time goes, by hand-edited variants of generated CUDA.
+
+Each `variants/*.cu` is `tkc compile examples/sgemm.tk --target cuda -D BN=256 -D BK=32 -D WNITER=2
+-D threads=256` (the tuned tiling at M = N = K = 4096), edited by hand as its name says. Every
+variant is checked against float64 torch, then timed (do_bench median over rotated input sets)
+next to cuBLAS fp32 (TF32 off) in the same run.
+Run on the device machine: `python3 benchmarks/probes/sgemm/probe.py [VARIANT ...] [--check-only]`.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
+
+N = 4096
+
+
+def main() -> None:
+    import torch
+
+    from tkc.bench import Timer, rotating
+    from tkc.cuda_runtime import CudaLaunch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    timer = Timer(cpu=False, warmup_ms=100, rep_ms=1000)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    sets = [(torch.randn((N, N), device="cuda", generator=g), torch.randn((N, N), device="cuda", generator=g),
+             torch.empty((N, N), device="cuda")) for _ in range(2)]
+    ref = sets[0][0].double() @ sets[0][1].double()
+    check_only = "--check-only" in sys.argv
+    rows = [] if check_only else [("cuBLAS", timer(rotating(lambda a, b, c: torch.mm(a, b, out=c), sets)) * 1e3)]
+    only = [a for a in sys.argv[1:] if not a.startswith("--")]
+    for path in sorted(glob.glob(os.path.join(HERE, "variants", "*.cu"))):
+        name = os.path.basename(path)[:-3]
+        if only and name not in only:
+            continue
+        with open(path) as f:
+            kernel = CudaLaunch(path, f.read())
+        s = sets[0]
+        s[-1].fill_(float("nan"))
+        kernel(*s)
+        err = ((s[-1].double() - ref).norm() / ref.norm()).item()
+        if not err < 1e-5:
+            raise SystemExit(f"{name}: relative error {err}")
+        if not check_only:
+            rows.append((name, timer(rotating(kernel, sets)) * 1e3))
+    print(torch.cuda.get_device_name())
+    for name, us in rows:
+        print(f"{name:<24} {us:9.1f} us  {rows[0][1] / us * 100:5.1f}% of cuBLAS")
+
+
+if __name__ == "__main__":
+    main()
