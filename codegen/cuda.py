@@ -34,13 +34,15 @@ from codegen.cuda_access import AccessMixin, Chunk
 from codegen.cuda_gemm import GemmMixin
 from codegen.cuda_loops import LoopMixin
 from codegen.cuda_signal import Signal, plan_signal
-from codegen.cuda_plan import (Access, OTHER, SyncState, chunk_map, make_plan, numel,
+from codegen.cuda_plan import (Access, OTHER, SyncState, chunk_map, make_plan, numel, times_text,
                                shape_of)
 from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, PRELUDE, SIGNAL_PRELUDE, SIZES, apply, combine, compute_dtype, convert, identity, literal
 
 ARCH = "sm_90a"
 SMEM_LIMIT = SMEM_LIMITS["sm_90"]
 MAX_GRID = (2**31 - 1, 65535, 65535)
+DYNAMIC_MAX = 2**31 - 1  # a dynamic dim's largest value (int kernel arguments); index ranges assume it
+
 # Names the generated code uses itself; kernel names that collide get a trailing underscore.
 RESERVED = set("""
 alignas alignof asm auto bool break case catch char class const constexpr continue default delete do double
@@ -157,11 +159,28 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
     def c_load(self, tensor: str, idx: list[str]) -> str:
         """`ids[b]` in an index expression: the element of global tensor `tensor`, as int."""
         arg = next(a for a in self.m.func.body.args if a.name == tensor)
-        dims, terms, stride = shape_of(arg), [], 1
+        dims, terms, stride = self.tensor_dims(arg), [], "1"
         for k in range(len(dims) - 1, -1, -1):
-            terms.append(f"({idx[k]})" if stride == 1 else f"({idx[k]}) * {stride}")
-            stride *= dims[k]
+            terms.append(f"({idx[k]})" if stride == "1" else f"({idx[k]}) * {stride}")
+            stride = times_text(stride, dims[k])
         return f"static_cast<int>({self.name(arg)}[{' + '.join(reversed(terms))}])"
+
+    def tensor_dims(self, v: Value) -> tuple:
+        """The extents of global tensor `v`: ints, and for a dynamic dim its C name (a kernel
+        argument)."""
+        return tuple(d.value if isinstance(d, exprs.Num) else self.cname(d.name) if isinstance(d, exprs.Sym)
+                     else self.cexpr(exprs.to_str(d)) for d in v.type.shape)
+
+    def grid_extent(self, text: str):
+        """A grid extent: its value, or with a dynamic dim in it the expression as text (the launch
+        evaluates it; tkc/cuda_runtime.py), whose grid index then ranges up to the extent's bound."""
+        try:
+            return self.value(text)
+        except exprs.ExprError:
+            e = exprs.parse(text)
+            if not exprs.names(e) <= set(self.dynamic):
+                raise
+            return exprs.to_str(e)
 
     def line(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
@@ -177,24 +196,30 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         if len(launches) != 1:
             raise error(func.loc, "the CUDA backend needs exactly one `grid`")
         launch = launches[0]
-        if dynamic_dims(func):  # grids, strides and edge checks here are built from concrete dims
-            raise error(func.loc, f"target `cuda` specializes on every dim; it cannot compile dynamic dim(s) "
-                        f"{', '.join(f'`{n}`' for n in sorted(dynamic_dims(func)))}",
-                        "use `--target tilelang` (or `tilelang-cpu`, `interp`), or drop the `dynamic` clause "
-                        "to compile one kernel per value")
         dims, consts = func.attrs.get("dims", {}), func.attrs.get("consts", {})
+        # Dynamic dims (`dynamic M`) are kernel arguments after the runtime scalars: one kernel
+        # serves every value; tkc/cuda_runtime.py reads each from the first tensor that names it
+        # and sizes the grid from it at launch.
+        self.dynamic = sorted(dynamic_dims(func))
         self.used.add(kname)
-        for k in list(dims) + list(consts) + [n for n, _, _ in scalars(func)]:
+        for k in list(dims) + list(consts) + [n for n, _, _ in scalars(func)] + self.dynamic:
             self.cname(k)
+        self.ranges.update({n: (1, DYNAMIC_MAX) for n in self.dynamic})
         try:
-            grid = [self.value(g) for g in launch.attrs["grid"]]
             self.threads = self.value(launch.attrs["threads"])
+            grid = [self.grid_extent(g) for g in launch.attrs["grid"]]
         except exprs.ExprError:
             raise error(launch.loc, "the CUDA backend needs a concrete grid and thread count",
                         "run the `tile` pass first (`tkc compile` does)") from None
         self.ranges.update(scalar_ranges(func, self.m.env))  # runtime scalars: [0, their `requires` bound]
         self.check_launch(launch, grid)
         cluster = self.cluster = self.cluster_dims(launch)
+        if self.dynamic and (cluster != [1, 1, 1] or any(o.name == "tile.sampled_gemm" for o in func.walk())):
+            raise error(func.loc, f"the CUDA backend cannot compile dynamic dim(s) "
+                        f"{', '.join(f'`{n}`' for n in self.dynamic)} in a "
+                        f"{'cluster kernel' if cluster != [1, 1, 1] else 'sampled gemm'}",
+                        "use `--target tilelang` (or `tilelang-cpu`, `interp`), or drop the `dynamic` clause "
+                        "to compile one kernel per value")
         self.plan = make_plan(self.m, launch, self.threads)
         self.check_smem(launch)
         if cluster != [1, 1, 1]:
@@ -203,6 +228,10 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         smem = self.plan.total_smem
         config = {"kernel": kname, "grid": grid3, "block": [self.threads, 1, 1], "cluster": cluster,
                   "smem_bytes": smem}
+        if self.dynamic:  # where the launch finds each dynamic dim: (argument, axis) of the first tensor naming it
+            config["dynamic"] = [[n, *next((i, k) for i, a in enumerate(func.body.args)
+                                           for k, dim in enumerate(a.type.shape) if dim == exprs.Sym(n))]
+                                 for n in self.dynamic]
         self.line(0, f"// Generated by tkc from {func.loc.file}: kernel `{kname}`, CUDA C++ for {ARCH}.")
         self.line(0, "// Do not edit: regenerate with `tkc compile --target cuda`.")
         self.line(0, f"// Launch: grid ({', '.join(map(str, grid3))}), block ({self.threads}, 1, 1) = {self.threads} "
@@ -212,11 +241,14 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         outs = set(func.attrs.get("outputs", []))
         for i, a in enumerate(args):
             role = "output" if i in outs else "input"
-            self.line(0, f"// {role} {a.name}: {a.type.dtype}[{', '.join(map(str, shape_of(a)))}]")
+            self.line(0, f"// {role} {a.name}: {a.type.dtype}[{', '.join(map(str, self.tensor_dims(a)))}]")
         refs = scalar_refs(func)
         for n, dtype, _ in scalars(func):
             how = "read from a one-element device tensor" if n in refs else "by value"
             self.line(0, f"// runtime scalar {n}: {dtype} (a kernel argument after the tensors, {how})")
+        for n in self.dynamic:
+            self.line(0, f"// dynamic dim {n}: an int kernel argument after the runtime scalars (the launch passes "
+                      "the tensors' extent; one kernel serves every value)")
         for op in func.body.ops:
             if op.name == "tile.require" and op.attrs.get("runtime"):
                 self.line(0, f"// requires {op.attrs['cond']}: checked by tkc at every call ({_loc(op)})")
@@ -252,6 +284,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         ref_names = {n: self._unique(f"{n}_ref") for n, _, _ in scalars(func) if n in refs}
         params.extend(f"const int*{restrict} {ref_names[n]}" if n in refs else f"const int {self.cname(n)}"
                       for n, _, _ in scalars(func))
+        params.extend(f"const int {self.cname(n)}" for n in self.dynamic)
         attrs = f"__launch_bounds__({self.threads})"
         if cluster != [1, 1, 1]:
             attrs = f"__cluster_dims__({', '.join(map(str, cluster))}) " + attrs
@@ -267,7 +300,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             raise error(launch.loc, f"the CUDA backend cannot launch {self.threads} threads per block",
                         "CUDA blocks have 1 to 1024 threads; set `threads(...)` in that range")
         for axis, (n, limit) in enumerate(zip(grid, MAX_GRID)):
-            if n > limit:
+            if isinstance(n, int) and n > limit:  # (an extent of a dynamic dim: checked at launch)
                 raise error(launch.loc, f"grid extent {n} along `{launch.attrs['vars'][axis]}` exceeds CUDA's limit "
                             f"of {limit} for grid dimension {'xyz'[axis]}",
                             "put the largest extent first (it maps to blockIdx.x) or use larger tiles")
@@ -288,7 +321,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
     def launch(self, op: Op, grid: list[int]) -> None:
         self.line(1, f"// grid ({', '.join(op.attrs['grid'])}) as ({', '.join(op.attrs['vars'])}) ({_loc(op)})")
         for axis, (var, n) in enumerate(zip(op.attrs["vars"], grid)):
-            self.ranges[var] = (0, n - 1)
+            self.ranges[var] = (0, (n if isinstance(n, int) else exprs.bounds(exprs.parse(n), self.ranges)[1]) - 1)
             self.line(1, f"const int {self.cname(var)} = blockIdx.{'xyz'[axis]};")
         for var, rank, c in zip(op.attrs["vars"], op.attrs.get("ranks", []), self.cluster):
             self.ranges[rank] = (0, c - 1)

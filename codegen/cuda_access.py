@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 
 from dsl import exprs
-from codegen.cuda_plan import known_multiple, numel, operand_roles, shape_of
+from codegen.cuda_plan import known_multiple, numel, operand_roles, shape_of, times_text
 from codegen.cuda_prelude import C_TYPES, SIZES, convert
 
 
@@ -243,13 +243,14 @@ class AccessMixin:
         stores that together cover the window: `store_groups`) move the contiguous window
         around the chunk (`strided_window`)."""
         texts = op.attrs[f"{side}_offsets"]
-        dims = shape_of(tensor)
+        dims = self.tensor_dims(tensor)  # ints, or a dynamic dim's C name
         checked = op.attrs.get("checked", [True] * len(dims))
         size = SIZES[tensor.type.dtype]
         steps = op.attrs.get(f"{side}_steps") or [1] * len(dims)  # tile element i -> offset + i * step
         g = [_add(self.cexpr(t), i if st == 1 else f"({i}) * {st}") for t, i, st in zip(texts, idx, steps)]
         last = steps[-1]
-        vec = last == 1 and dims[-1] % width == 0 and known_multiple(exprs.parse(texts[-1])) % width == 0
+        vec = (last == 1 and isinstance(dims[-1], int) and dims[-1] % width == 0
+               and known_multiple(exprs.parse(texts[-1])) % width == 0)
         conds = []
         for k, (gk, n, chk) in enumerate(zip(g, dims, checked)):
             if not chk or (k == len(dims) - 1 and not vec):
@@ -264,16 +265,17 @@ class AccessMixin:
             elem_cond = lambda e: (f"{at} + {de(e)} >= 0 && " if neg else "") + f"{at} + {de(e)} < {n}"  # noqa: E731
         elif last != 1:  # strided along the last dim: element by element, always in bounds here
             elem_cond = lambda e: "true"  # noqa: E731
-        terms, stride = [], 1
+        terms, stride = [], "1"
+        dynamic = not all(isinstance(n, int) for n in dims)
         for k in range(len(dims) - 1, -1, -1):
             gk = g[k]
-            if k == 0 and numel(dims) >= 2**31:
+            if k == 0 and (dynamic or numel(dims) >= 2**31):  # a dynamic dim may make the tensor that large
                 gk = f"static_cast<int64_t>({gk})"
-            elif stride != 1 and " " in gk:
+            elif stride != "1" and " " in gk:
                 gk = f"({gk})"
             if gk != "0":
-                terms.append(gk if stride == 1 else f"{gk} * {stride}")
-            stride *= dims[k]
+                terms.append(gk if stride == "1" else f"{gk} * {stride}")
+            stride = times_text(stride, dims[k])
         lin = " + ".join(reversed(terms)) or "0"
         word = min(16, width * size) if vec else size
         name = self.name(tensor)
@@ -293,7 +295,7 @@ class AccessMixin:
         (so it lies inside the row whenever its first element does: all in or all out, like a
         vector chunk) and the offset's residue modulo `step` known (the phase of the chunk's
         first element in the window): the even and odd elements of RoPE's pairs."""
-        if not 1 < step <= MAX_SPAN_STEP:
+        if not 1 < step <= MAX_SPAN_STEP or not isinstance(extent, int):
             return None
         span = width * step
         try:
@@ -364,7 +366,8 @@ class AccessMixin:
         width = self.plan.width(shape)
         texts = op.attrs["src_offsets"]
         size = SIZES[src.type.dtype]
-        vec = shape_of(src)[-1] % width == 0 and known_multiple(exprs.parse(texts[-1])) % width == 0
+        n = self.tensor_dims(src)[-1]
+        vec = isinstance(n, int) and n % width == 0 and known_multiple(exprs.parse(texts[-1])) % width == 0
         if self.plan.smem[id(dst)].transposed:  # one element per cp.async (4 or 8 bytes)
             return vec and size >= 4
         return vec and width * size >= 4 and self.smem_word(dst, width) == min(16, width * size)

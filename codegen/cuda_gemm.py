@@ -217,7 +217,8 @@ class GemmMixin:
         if dst.type.space != "global" or SIZES[dst.type.dtype] != 2 or gp.fn % 2 or gp.wn * gp.fn > gp.nb:
             return False
         offset = exprs.parse(op.attrs["dst_offsets"][-1])
-        return shape_of(dst)[-1] % 8 == 0 and known_multiple(offset) % 8 == 0
+        n = self.tensor_dims(dst)[-1]
+        return isinstance(n, int) and n % 8 == 0 and known_multiple(offset) % 8 == 0
 
     def wide_store_out(self, op, gp: GemmPlan, d: int, row, col) -> None:
         """Store an mma-placed tile to global memory 16 bytes per lane: the four lanes of a quad

@@ -88,3 +88,10 @@ def known_multiple(e: exprs.Expr) -> int:
     if e.op in ("+", "-"):
         return math.gcd(known_multiple(e.a), known_multiple(e.b))
     return 1
+
+
+def times_text(stride: str, dim) -> str:
+    """C text of `stride` * `dim`: ints folded, a dynamic dim's C name kept (a tensor's stride)."""
+    if stride.isdigit() and isinstance(dim, int):
+        return str(int(stride) * dim)
+    return f"{stride} * {dim}" if stride != "1" else str(dim)

@@ -111,11 +111,19 @@ def test_run_line_defines_dynamic_and_target(tmp_path, capsys):
     text = ("# RUN: -D BM=-1\n" + KERNEL.replace("kernel k<BM=16>(A: f32[M, K]) -> (C: f32[M, K])",
                                                   "kernel k<BM=16>(A: f32[M, K]) -> (C: f32[M, K])  # expected-error "
                                                   "{{schedule constant `BM` must not be negative, got -1}}")
-            + "# -----\n# RUN: --dynamic M --target=cuda\n"
-            + KERNEL.replace("kernel k<BM=16>(A: f32[M, K]) -> (C: f32[M, K])",
-                             "kernel k<BM=16>(A: f32[M, K]) -> (C: f32[M, K])  # expected-error {{target `cuda` "
-                             "specializes on every dim; it cannot compile dynamic dim(s) `M`}}"))
+            + "# -----\n# RUN: -D M=50 --dynamic M --target=cuda\n"  # M dynamic: the `requires` waits for
+            + GRID_Y)  # the call; `cuda` checks its grid's y extent
     assert _verify(tmp_path, capsys, text) == (0, "")
+
+
+GRID_Y = """kernel k<BM=16>(A: f32[M, K]) -> (C: f32[M, K])
+    where M = 64, K = 70000
+    requires M % BM == 0
+{
+    grid (cdiv(M, BM), K) as (m, k)  # expected-error {{grid extent 70000 along `k` exceeds CUDA's limit of 65535}}
+    C[m*BM : +BM, k : +1] = A[m*BM : +BM, k : +1]
+}
+"""
 
 
 def test_target_on_the_command_line_emits_every_piece(tmp_path, capsys):

@@ -25,6 +25,7 @@ import tempfile
 import warnings
 
 from codegen import cuda as cuda_codegen
+from dsl import exprs
 from tkc import driver
 from tkc.cache import Cache
 from tkc.runtime import BackendError
@@ -103,6 +104,11 @@ class CudaLaunch:
         config = cuda_codegen.launch_config(source)
         self.name = config["kernel"]
         self.grid = tuple(config["grid"])
+        # dynamic dims (`dynamic M`): (name, argument, axis) of the first tensor that names each;
+        # they follow the runtime scalars as int arguments, and grid extents that are expressions
+        # of them are evaluated at each launch
+        self.dynamic = [tuple(x) for x in config.get("dynamic", [])]
+        self._grid_exprs = [None if isinstance(g, int) else exprs.parse(g) for g in self.grid]
         self.block = tuple(config["block"])
         self.smem = int(config["smem_bytes"])
         # a sampled gemm (codegen/cuda_sddmm.py): two kernels, tensor-core tiles (this launch's
@@ -170,6 +176,21 @@ class CudaLaunch:
             with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for Stream.from_external
                 warnings.simplefilter("ignore", DeprecationWarning)
                 stream = self._streams[(index, handle)] = cupy.cuda.ExternalStream(handle, index)
+        grid = self.grid
+        if self.dynamic:
+            values = {n: int(tensors[i].shape[k]) for n, i, k in self.dynamic}
+            args += [numpy.int32(values[n]) for n, _, _ in self.dynamic]
+            grid = tuple(g if e is None else exprs.evaluate(e, values) for g, e in zip(self.grid, self._grid_exprs))
+            for axis, (n, limit) in enumerate(zip(grid, cuda_codegen.MAX_GRID)):
+                if n > limit:
+                    from dsl.diagnostics import Loc, error
+
+                    raise error(self.loc or Loc(self.source_path, 0, 0),
+                                f"at {', '.join(f'{k} = {v}' for k, v in values.items())} the grid has {n} blocks along "
+                                f"{'xyz'[axis]}, over CUDA's limit of {limit}",
+                                "put the grid index that grows with the dynamic dim first (it maps to blockIdx.x)")
+            if 0 in grid:  # an empty dynamic extent: nothing to compute
+                return
         if self.dot_kernel is not None:
             n_tc, n_dot = tensors[-4].numel(), tensors[-1].numel()
             args += [numpy.int32(n_tc), numpy.int32(n_dot)]
@@ -180,7 +201,7 @@ class CudaLaunch:
                     launches.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), (args[1], args[5]), 0))
                 launches.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, args, 0))
         else:
-            launches = [(self.name, self.grid, self.block, args, self.smem)]
+            launches = [(self.name, grid, self.block, args, self.smem)]
         with cupy.cuda.Device(index), stream:
             for name, grid, block, fn_args, smem in launches:
                 self.function(index, name)(grid, block, tuple(fn_args), shared_mem=smem)

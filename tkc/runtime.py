@@ -600,8 +600,9 @@ def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, t
     `tkc tune` command to run (no silent fallback to the defaults).
 
     `dynamic` names problem dims to leave symbolic besides those of the kernel's `dynamic`
-    clause (e.g. `dynamic=("M",)`): calls at any value of them share one compiled kernel (not
-    on `target="cuda"`, which specializes on every dim: TkError at the first call).
+    clause (e.g. `dynamic=("M",)`): calls at any value of them share one compiled kernel (on
+    `target="cuda"` each is an int kernel argument; a grid extent that grows past CUDA's limit
+    along y or z at some value is a TkError at that call).
 
     `schedule="model"` picks the schedule constants that `consts` leave open from the kernel's
     `tune` space with the cost model (tkc/schedule.py, passes/cost_model.py), per shape, or per

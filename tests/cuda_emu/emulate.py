@@ -18,6 +18,7 @@ import tempfile
 import numpy as np
 
 from codegen import cuda
+from dsl import exprs
 from codegen.cuda_prelude import C_TYPES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,14 +47,20 @@ def build(source: str, dtypes: list[str], n_scalars: int, workdir: str, refs=())
     if config["cluster"] != [1, 1, 1]:
         raise ValueError("the CPU emulation runs no thread-block clusters")
     kernel = source.split("// ---- kernel ----")[1].split("\n", 1)[1].replace('extern "C" ', "")
-    gx, gy, gz = config["grid"]
+    # dynamic dims are int arguments after the scalars (read from argv after them); a grid extent
+    # that depends on them is computed from them
+    names = [n for n, _, _ in config.get("dynamic", [])]
+    n_dyn = len(names)
+    gx, gy, gz = (g if isinstance(g, int) else cuda.c_expr(exprs.parse(g), lambda n: f"s{n_scalars + names.index(n)}")
+                  for g in config["grid"])
     threads = config["block"][0]
+    n_scalars += n_dyn
     decl = "\n".join(f"    std::vector<unsigned char> b{i}(std::stoul(argv[{3 + n_scalars + i}]));"
                      for i in range(len(dtypes)))
     reads = "\n".join(f"    if (fread(b{i}.data(), 1, b{i}.size(), f) != b{i}.size()) return 3;" for i in range(len(dtypes)))
     writes = "\n".join(f"    fwrite(b{i}.data(), 1, b{i}.size(), f);" for i in range(len(dtypes)))
     args = [f"reinterpret_cast<{C_TYPES[dt]}*>(b{i}.data())" for i, dt in enumerate(dtypes)]
-    args += [f"&s{j}" if j in refs else f"s{j}" for j in range(n_scalars)]
+    args += [f"&s{j}" if j in refs and j < n_scalars - n_dyn else f"s{j}" for j in range(n_scalars)]
     scalars = "\n".join(f"    const int s{j} = std::stoi(argv[{3 + j}]);" for j in range(n_scalars))
     main = f"""
 #include <string>
@@ -107,7 +114,9 @@ class Emulated:
         self.n_scalars = len(scalars)
         refs = [j for j, (n, _, _) in enumerate(scalars) if n in module.func.attrs.get("scalar_refs", [])]
         self._dir = tempfile.TemporaryDirectory()
-        self.exe = build(cuda.emit(module), self.dtypes, self.n_scalars, self._dir.name, refs)
+        source = self.source = cuda.emit(module)
+        self.dynamic = cuda.launch_config(source).get("dynamic", [])  # (name, argument, axis)
+        self.exe = build(source, self.dtypes, self.n_scalars, self._dir.name, refs)
 
     def __call__(self, arrays: list[np.ndarray], outputs: list[int], scalars=(), keep=()) -> list[np.ndarray]:
         """`keep`: positions of outputs updated in place (`mut`): they start as given, not NaN,
@@ -118,8 +127,9 @@ class Emulated:
         with open(os.path.join(tmp, "in.bin"), "wb") as f:
             f.write(b"".join(b.tobytes() for b in bufs))
         sizes = [str(b.nbytes) for b in bufs]
+        dims = [arrays[i].shape[k] for _, i, k in self.dynamic]  # dynamic dims follow the scalars
         r = subprocess.run([self.exe, os.path.join(tmp, "in.bin"), os.path.join(tmp, "out.bin"),
-                            *map(str, scalars), *sizes], capture_output=True, text=True, timeout=600)
+                            *map(str, scalars), *map(str, dims), *sizes], capture_output=True, text=True, timeout=600)
         if r.returncode:
             raise RuntimeError(f"the emulated kernel failed ({r.returncode}):\n{r.stderr[-4000:]}")
         data = np.fromfile(os.path.join(tmp, "out.bin"), dtype=np.uint8)
@@ -138,15 +148,35 @@ def check_against_torch(path: str, defines=None, dists=None, scalars=None, scala
     tolerance; runtime scalars as tkc.oracle.scalar_values gives them (or `scalars`), read from
     memory by the kernel with `scalar_refs` (as when a caller passes device tensors). Raises
     AssertionError on a mismatch or an element left unwritten."""
-    import torch
+    from tkc import driver
 
-    from tkc import driver, oracle
-
-    module = driver.frontend(path, defines or {})
     final = driver.optimize(driver.frontend(path, defines or {}), "cuda")
     if scalar_refs:
         final.func.attrs["scalar_refs"] = [n for n, _, _ in final.func.attrs.get("scalars", [])]
+    _check(Emulated(final), driver.frontend(path, defines or {}), dists, scalars)
+
+
+def check_dynamic_against_torch(path: str, values: dict[str, list[int]], defines=None, dists=None) -> str:
+    """Compile the kernel at `path` once with the dims of `values` dynamic, then run that one
+    emulated kernel at each set of values (the i-th value of every dim together) against torch
+    in float64, as `check_against_torch` does at static dims. Returns the CUDA source."""
+    from tkc import driver
+
+    final = driver.optimize(driver.frontend(path, defines or {}, dynamic=tuple(values)), "cuda")
     kernel = Emulated(final)
+    assert [n for n, _, _ in kernel.dynamic] == sorted(values), kernel.dynamic
+    for at in zip(*values.values()):
+        _check(kernel, driver.frontend(path, {**(defines or {}), **dict(zip(values, at))}), dists, None)
+    return kernel.source
+
+
+def _check(kernel: "Emulated", module, dists, scalars) -> None:
+    """Run emulated `kernel` on seeded inputs of `module` (the same kernel at static dims: its
+    shapes, reference and error budgets) and compare with torch in float64."""
+    import torch
+
+    from tkc import oracle
+
     budgets = oracle.error_budgets(module)
     outs = oracle.outputs(module)
     mutable = module.func.attrs.get("mutable", [])

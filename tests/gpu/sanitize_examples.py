@@ -31,7 +31,7 @@ seconds (default 300) is killed: the case it was loading or launching FAILs and 
 process goes on with the cases after it. memcheck runs with PYTORCH_NO_CUDA_MEMORY_CACHING=1, so each
 tensor is its own allocation and an access past its end is out of bounds for the tool (inside
 torch's cached pool it would land in a neighbour). A (case, backend) whose compile ends in a
-located diagnostic (`cuda` rejects dynamic dims; TileLang cannot lay out some register tiles) is
+located diagnostic (TileLang cannot lay out some register tiles) is
 skipped with the reason; any other compile or launch failure fails that case and the batch goes on.
 
 Slow TileLang compiles (measured 2026-11-25 with TileLang 0.1.15's nvcc command for sm_90a, one

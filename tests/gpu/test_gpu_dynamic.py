@@ -1,5 +1,6 @@
-"""Dynamic dims on the GPU (issue 13): examples/miss.tk with `dynamic=("M",)` through target
-`tilelang` serves every M from one compile, and matches torch in float64 from the same fp16
+"""Dynamic dims on the GPU (issue 13): examples/miss.tk with `dynamic=("M",)` through targets
+`tilelang` and `cuda` (M an int kernel argument, the grid sized at launch) serves every M from one
+compile, and matches torch in float64 from the same fp16
 inputs (tolerance from the output's f16 rounding and the f16 shard sum), at M on and off the
 tile edges, including 1 and a partial last tile; and it equals the kernel specialized at that M.
 Run on the device machine: `python3 -m pytest --hypothesis-profile=gpu tests/gpu`.
@@ -27,9 +28,10 @@ def _ref(a, b):
     return torch.sum(a64.reshape(a.shape[0], -1, R), dim=-2) @ b.double()
 
 
-def test_one_tilelang_compile_serves_every_m(tmp_path):
-    kernel = tkc.compile(MISS, target="tilelang", cache_dir=str(tmp_path), dynamic=("M",))
-    static = tkc.compile(MISS, target="tilelang", cache_dir=str(tmp_path))
+@pytest.mark.parametrize("target", ["tilelang", "cuda"])
+def test_one_compile_serves_every_m(tmp_path, target):
+    kernel = tkc.compile(MISS, target=target, cache_dir=str(tmp_path), dynamic=("M",))
+    static = tkc.compile(MISS, target=target, cache_dir=str(tmp_path))
     g = torch.Generator(device="cuda").manual_seed(0)
     b = torch.randn(R, N, device="cuda", generator=g).half()
     for m in (1, 15, 16, 17, 333, 4099):
@@ -42,3 +44,15 @@ def test_one_tilelang_compile_serves_every_m(tmp_path):
         if m in (17, 333):
             assert torch.equal(c, static(a, b)), m
     assert kernel.specializations == 1 and static.specializations == 2
+
+
+def test_cuda_grid_past_the_y_limit_is_a_user_error(tmp_path):
+    """miss_split's grid is (NS, cdiv(M, BM)): M along y. At an M whose grid passes CUDA's 65535
+    blocks along y the call is a located TkError, not a launch failure."""
+    from dsl.diagnostics import TkError
+
+    kernel = tkc.compile(os.path.join(ROOT, "examples", "miss_split.tk"), target="cuda", cache_dir=str(tmp_path))
+    b = torch.randn(R, N, device="cuda").half()
+    a = torch.randn(16 * 65535 + 1, 64, device="cuda").half()
+    with pytest.raises(TkError, match="over CUDA's limit of 65535"):
+        kernel(a, b)

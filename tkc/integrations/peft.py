@@ -103,12 +103,12 @@ def kernel_for(dtype, target: str, cache_dir: str | None = None):
         raise ValueError(f"no tkc MiSS kernel for {dtype}; the kernels are f16 and bf16")
     key = (name, target, cache_dir)
     if key not in _KERNELS:
-        # Token counts change at nearly every call: M is dynamic (one compile for every M) where
-        # the target allows it (`cuda` specializes on every dim), and on the GPU the cost model
-        # picks the decomposition per M bucket (tkc/schedule.py; every bucket compiles at the
-        # first call); the CPU targets keep the file's constants (fewer C compiles).
+        # Token counts change at nearly every call: M is dynamic (one compile for every M), and
+        # on the GPU the cost model picks the decomposition per M bucket (tkc/schedule.py; every
+        # bucket compiles at the first call); the CPU targets keep the file's constants (fewer C
+        # compiles).
         _KERNELS[key] = tkc.compile(os.path.join(ROOT, "examples", KERNEL_FILES[name]), target=target,
-                                    cache_dir=cache_dir, dynamic=() if target == "cuda" else ("M",),
+                                    cache_dir=cache_dir, dynamic=("M",),
                                     schedule="model" if target in GPU_TARGETS else "file")
     return _KERNELS[key]
 
