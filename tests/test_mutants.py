@@ -55,13 +55,17 @@ def test_mutant_applies_and_compiles(m):
 @pytest.mark.parametrize("m", [m for m in MUTANTS if m.select], ids=lambda m: m.id)
 def test_gpu_selections_pick_quick_tier_cases(m):
     """A GPU mutant's `select` is a valid pytest -k expression that picks some, not all, of the
-    quick tier's cases (matched as pytest does: a substring of the test id, case-insensitive)."""
+    quick tier's cases (test_gpu_quick.IDS: those not marked `slow`; matched as pytest does: a
+    substring of the test id, case-insensitive)."""
     from _pytest.mark.expression import Expression
 
     sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
     import test_gpu_quick
 
     assert m.tier == "gpu", "select narrows the GPU tier's hint run only"
+    # the hint run is `-m "gpu and not slow" <hints> -k select`: the quick cases picked here run
+    # only if their file is among the hints (a full-tier file's tests are all deselected there)
+    assert "tests/gpu/test_gpu_quick.py" in m.tests, "a GPU mutant with `select` lists tests/gpu/test_gpu_quick.py"
     expr = Expression.compile(m.select)
     ids = [f"test_gpu_backend_at_tile_edges[{i}]".lower() for i in test_gpu_quick.IDS]
     picked = [i for i in ids if expr.evaluate(lambda name, i=i, **_: name.lower() in i)]

@@ -28,7 +28,12 @@ from tkc.models.llama import Llama
 from tkc.models.llama_reference import TorchLlama
 from tkc.models.sampler import Sampler
 
+# The full tier (`slow`; serial TileLang builds of 10-40 s each; tests/gpu/test_gpu_quick.py covers
+# the examples) but for one case: the f32 captured step of stories15M shapes (`cuda` only, nvcc
+# builds), the quick tier's one check of Llama.step's CUDA-graph replay (mutant
+# llama-graph-position-frozen, tests/mutants/mutants.py)
 pytestmark = pytest.mark.gpu
+slow = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "int8": 1e-2}
@@ -48,7 +53,9 @@ def cache_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("tkc-cache"))
 
 
-@pytest.mark.parametrize("dtype, n_kv_heads", [("f32", 6), ("f32", 2), ("f16", 6), ("int8", 3)])
+@pytest.mark.parametrize("dtype, n_kv_heads", [("f32", 6), pytest.param("f32", 2, marks=slow),
+                                               pytest.param("f16", 6, marks=slow),
+                                               pytest.param("int8", 3, marks=slow)])
 def test_graph_step_logits_match_the_reference(tmp_path, cache_dir, dtype, n_kv_heads):
     """int8 reads a version 2 file, so the reference runs its dequantized weights."""
     config = _stories15m(n_kv_heads)
@@ -66,6 +73,7 @@ def test_graph_step_logits_match_the_reference(tmp_path, cache_dir, dtype, n_kv_
     assert model._graph is not None
 
 
+@slow
 def test_greedy_32_tokens_match_the_reference(cache_dir):
     vocab, scores = lf.byte_level_vocab([b" t", b"he", b"in", b"ing", b"th", b" a", b"on"])
     tok = lf.Tokenizer(vocab, scores)
@@ -83,6 +91,7 @@ def test_greedy_32_tokens_match_the_reference(cache_dir):
     assert again.tokens == want.tokens
 
 
+@slow
 def test_graph_on_the_tilelang_target(cache_dir):
     config = lf.Config(dim=64, hidden_dim=96, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=300, seq_len=40,
                        shared_classifier=False)
@@ -94,6 +103,7 @@ def test_graph_on_the_tilelang_target(cache_dir):
         assert err < 1e-4, f"position {pos}: relative error {err:.2e}"
 
 
+@slow
 @pytest.mark.parametrize("target", ["cuda", "tilelang"])
 @pytest.mark.parametrize("name", ["attention", "attention_split", "kv_store", "rope"])
 def test_device_scalars_replay_in_a_graph(cache_dir, target, name):

@@ -22,7 +22,7 @@ from tkc import oracle  # noqa: E402
 peft = pytest.importorskip("peft")
 from tkc.integrations import peft as tkc_peft  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # the full tier: serial TileLang builds of 10-40 s each; tests/gpu/test_gpu_quick.py covers its examples
 
 K, N, R, MINI_R = 1000, 1024, 64, 128
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}

@@ -1,10 +1,12 @@
 """The GPU quick tier: every example and test program through both GPU backends (`tilelang`,
-`cuda`) at every tile edge of tests/edge_shapes.py, on every input distribution of tkc/oracle.py,
-against torch in float64 on the same inputs, within the tolerance derived from the kernel's dtypes
-and reduction length. The one allowed outcome besides a match is TileLang's located diagnostic
-for a register tile it cannot lay out over the block's threads (reported as xfail). Inputs and
-outputs are fenced in by NaN and outputs start all NaN (tests/fenced.py): a load past a tensor's
-end, a store past it and an element the kernel never writes all fail.
+`cuda`) at its all-partial shape, other stage counts and schedule variants of
+tests/edge_shapes.py, plus the one-dim edges that a mutant needs (KEEP; the full tier, `-m gpu`,
+adds every other one-dim tile edge: 880 cases against 187), on every input distribution of
+tkc/oracle.py, against torch in float64 on the same inputs, within the tolerance derived from the
+kernel's dtypes and reduction length. The one allowed outcome besides a match is TileLang's
+located diagnostic for a register tile it cannot lay out over the block's threads (reported as
+xfail). Inputs and outputs are fenced in by NaN and outputs start all NaN (tests/fenced.py): a
+load past a tensor's end, a store past it and an element the kernel never writes all fail.
 
 All kernels are compiled first, in parallel worker processes that fill a shared cache (a
 TileLang or nvcc build takes seconds; serially the tier would not fit its 3 minutes). Run on the
@@ -32,8 +34,45 @@ from fenced import launch_fenced  # noqa: E402
 pytestmark = pytest.mark.gpu
 
 TARGETS = ("tilelang", "cuda")
-CASES = [(t, p, c, v) for t in TARGETS for p, c, v in all_cases()]
-IDS = [f"{t}:{os.path.basename(p)}:{c}" for t, p, c, _ in CASES]
+# One-dim edges the quick tier keeps: (target, file, case) that catch a mutant of
+# tests/mutants/mutants.py no other quick case catches
+KEEP = {
+    # K below one R tile: the K loop's one trip loads a chunk mostly past K by guarded cp.async
+    # (cuda-cp-async-always-valid and cuda-cp-async-no-zero-fill; the all-partial K = 33 and the
+    # base K = 100 pass under the first, H200, 2026-11-26)
+    ("cuda", "examples/miss.tk", "K=8"),
+}
+
+
+def _quick(target: str, path: str, case: str, cases: list) -> bool:
+    """The quick tier's cases of a file: its all-partial shape, other stage counts and schedule
+    variants (one compile each per backend) and the KEEP cases; the other one-dim-at-a-time
+    edges are the full tier's (marked `slow`). A file with none of these keeps its first case."""
+    from edge_shapes import SPECS
+
+    if (target, path, case) in KEEP:
+        return True
+    one_dim = case.count("=") == 1 and case.split("=")[0] in SPECS[path].tiles
+    if not one_dim:
+        return True
+    return all(c.count("=") == 1 and c.split("=")[0] in SPECS[path].tiles for _, c, _ in cases) and case == cases[0][1]
+
+
+def _cases() -> list:
+    out = []
+    every = all_cases()
+    for t in TARGETS:
+        for p, c, v in every:
+            mine = [x for x in every if x[0] == p]
+            marks = () if _quick(t, p, c, mine) else (pytest.mark.slow,)
+            out.append(pytest.param(t, p, c, v, marks=marks, id=f"{t}:{os.path.basename(p)}:{c}"))
+    return out
+
+
+CASES = _cases()
+# The quick tier's case ids (not `slow`): tests/test_mutants.py checks each GPU mutant's `select`
+# (a pytest -k expression, tests/mutants/mutants.py) against these
+IDS = [p.id for p in CASES if not any(m.name == "slow" for m in p.marks)]
 
 
 def _consts(path: str, values: dict[str, int]) -> dict[str, int]:
@@ -72,7 +111,7 @@ def cache_dir(request):
     return root
 
 
-@pytest.mark.parametrize("target, path, case, values", CASES, ids=IDS)
+@pytest.mark.parametrize("target, path, case, values", CASES)
 def test_gpu_backend_at_tile_edges(target, path, case, values, cache_dir):
     full = os.path.join(ROOT, path)
     module = driver.frontend(full, values)

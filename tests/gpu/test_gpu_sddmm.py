@@ -24,7 +24,7 @@ from tkc import sparse as sp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from fenced import launch_fenced  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # the full tier: serial TileLang builds of 10-40 s each; tests/gpu/test_gpu_quick.py covers its examples
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = ["sddmm", "sddmm_wmma_16x16x16", "sddmm_wmma_32x8x16", "sddmm_wmma_8x32x16"]
 TARGETS = ("cuda", "tilelang")

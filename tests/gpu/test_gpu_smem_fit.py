@@ -31,7 +31,7 @@ from tkc import driver
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from test_smem_fit import CASES, IDS, ROOT, TOLERANCE, estimate  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # the full tier: 90 kernels built for the GPU
 DEFAULTS = [i for i, (_, config) in enumerate(CASES) if not config]
 
 

@@ -41,7 +41,10 @@ ISSUE_MUTANTS = ("tile-partial-off-by-one", "lower-gemm-accumulate-assigns", "ti
 _EDGES = ("tests/test_edges.py",)
 _QUICK = ("tests/gpu/test_gpu_quick.py",)
 _CLUSTER = ("tests/test_cluster.py",)
-_GPU_CLUSTER = ("tests/gpu/test_gpu_cluster.py",)
+# the full tier's (`slow`) GPU files: the gpu tier's hint run (`-m "gpu and not slow"`) skips their
+# tests, so a GPU mutant lists them after tests/gpu/test_gpu_quick.py, whose cases its `select` picks
+_GPU_CLUSTER = _QUICK + ("tests/gpu/test_gpu_cluster.py",)
+_GPU_SDDMM = _QUICK + ("tests/gpu/test_gpu_sddmm.py",)
 _UPDATES = ("tests/test_edges.py", "tests/test_programs.py")  # tests/programs/update_ops.tk
 _MATH = ("tests/test_edges.py", "tests/test_programs.py")  # tests/programs/math_fns.tk, compare_where.tk
 
@@ -365,7 +368,8 @@ MUTANTS: list[Mutant] = [
       "= {self.name(acc)}[{i}, {j}] + {prod}\")",
       "= {prod}\")",
       "GPU path: the SIMT gemm overwrites the accumulator at every k", "gpu", tests=_QUICK,
-      select="tilelang and (miss or gemm_loop)"),
+      # the quick cases whose gemm TileLang runs as SIMT (passes/smem_tilelang.py gemm_instruction)
+      select="tilelang and (miss_mtile or miss_row or (miss_split and threads) or (gemm_loop and BK))"),
     M("tilelang-async-wait-dropped", "codegen/tilelang.py",
       'self.line(depth, f"T.ptx_wait_group(0)  # cp.async into {names}: {why}")',
       'self.line(depth, f"# cp.async into {names}: {why}")',
@@ -427,7 +431,7 @@ MUTANTS: list[Mutant] = [
       "tk_cp_async<{gc.word}>({s_at}, ok ? {g_at} : {gc.base}, ok);",
       "tk_cp_async<{gc.word}>({s_at}, ok ? {g_at} : {gc.base}, true);",
       "guarded cp.async copies the tensor's first word instead of zero-filling", "gpu", tests=_QUICK,
-      select="cuda and miss and K"),
+      select="cuda and miss.tk"),
     # ---- codegen/cuda_gemm.py --------------------------------------------------------------------
     M("cuda-gemm-b-fragments-swapped", "codegen/cuda_gemm.py",
       "(&{c}[fi][fj][4], {fa}, fb[fj][2], fb[fj][3]);",
@@ -517,7 +521,7 @@ MUTANTS: list[Mutant] = [
       "const int src_bytes = valid ? BYTES : 0;",
       "const int src_bytes = BYTES;",
       "guarded cp.async reads the fallback address instead of zero-filling", "gpu", tests=_QUICK,
-      select="cuda and miss and K"),
+      select="cuda and miss.tk"),
     # ---- runtime scalars, index tensors, strided slices, iota (issue 10) -----------------------
     M("interp-step-ignored", "dsl/interpreter.py",
       "tensor_idx.append(slice(off + lo * st, off + (hi - 1) * st + 1, st))",
@@ -670,22 +674,24 @@ MUTANTS: list[Mutant] = [
       '"            const int r = rows[e], c = cols[e];")',
       '"            const int r = cols[e], c = rows[e];")',
       "CUDA: a tensor-core tile reads each entry's product at (column, row)", "gpu",
-      tests=("tests/gpu/test_gpu_sddmm.py",), select="cuda and sddmm"),
+      tests=_GPU_SDDMM, select="cuda and sddmm"),
     M("cuda-sddmm-b-fragment-k-half", "codegen/cuda_sddmm.py",
       "sb + (kk + lane % 16) * BPITCH + bc",
       "sb + (kk + lane % 8) * BPITCH + bc",
       "CUDA: the B fragment's second 8x8 matrix repeats k 0-7 instead of k 8-15", "gpu",
-      tests=("tests/gpu/test_gpu_sddmm.py",), select="cuda and sddmm"),
+      tests=_GPU_SDDMM, select="cuda and sddmm"),
+    # caught by no tier yet (tests/mutants/README.md): the quick SDDMM cases have one K chunk, and
+    # the full tier's K = 256 cases passed under this race on an H100
     M("cuda-sddmm-stage-wait-early", "codegen/cuda_sddmm.py",
       "tk_cp_async_wait<1>",
       "tk_cp_async_wait<2>",
       "CUDA: a tensor-core tile multiplies a K chunk before its cp.async copies have landed", "gpu",
-      tests=("tests/gpu/test_gpu_sddmm.py",), select="cuda and sddmm"),
+      tests=_GPU_SDDMM, select="cuda and sddmm"),
     M("tilelang-sddmm-dot-reduce-short", "codegen/tilelang_sddmm.py",
       "        while o:",
       "        while o > 1:",
       "TileLang: the GPU dot products' shuffle reduction stops one step short (half the group's sums lost)",
-      "gpu", tests=("tests/gpu/test_gpu_sddmm.py",), select="tilelang and sddmm"),
+      "gpu", tests=_GPU_SDDMM, select="tilelang and sddmm"),
     # ---- tkc/tune.py: pruning before compiling (issue 10) --------------------------------------
     M("tune-requires-ignored", "tkc/tune.py",
       "            if not holds:",
