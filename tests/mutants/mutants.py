@@ -692,6 +692,17 @@ MUTANTS: list[Mutant] = [
       "        while o > 1:",
       "TileLang: the GPU dot products' shuffle reduction stops one step short (half the group's sums lost)",
       "gpu", tests=_GPU_SDDMM, select="tilelang and sddmm"),
+    # ---- dynamic dims through cuda (issue 13) ----------------------------------------------------
+    M("cuda-dynamic-grid-at-test-value", "codegen/cuda.py",
+      "            return exprs.to_str(e)",
+      "            return exprs.evaluate(e, dynamic_dims(self.m.func))",
+      "CUDA: a grid extent of a dynamic dim is fixed at the compile-time test value (`where` or -D)", "cpu",
+      tests=("tests/test_cuda_dynamic_emulated.py",)),
+    M("cuda-runtime-dynamic-grid-one-block", "tkc/cuda_runtime.py",
+      "grid = tuple(g if e is None else exprs.evaluate(e, values)",
+      "grid = tuple(g if e is None else exprs.evaluate(e, {n: 1 for n in values})",
+      "the CUDA launch sizes a dynamic dim's grid extent as if the dim were 1", "gpu",
+      tests=("tests/gpu/test_gpu_dynamic.py", "tests/gpu/test_gpu_quick.py"), select="cuda and miss_split"),
     # ---- tkc/tune.py: pruning before compiling (issue 10) --------------------------------------
     M("tune-requires-ignored", "tkc/tune.py",
       "            if not holds:",
