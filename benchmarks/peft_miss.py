@@ -93,21 +93,21 @@ def reference(x, miss, r: int):
     return xd @ base.weight.double().T + base.bias.double() + shards @ block
 
 
-def _prewarm(k: int, n: int, r: int, dtype: str, cache: str, consts: dict) -> str:
+def _prewarm(k: int, n: int, r: int, dtype: str, cache: str, consts: dict, target: str = "tilelang") -> str:
     """Worker: build one of the cost model's choices into the shared cache."""
     try:
         import tkc
         from tkc.integrations.peft import KERNEL_FILES
 
         path = os.path.join(ROOT, "examples", KERNEL_FILES[dtype])
-        tkc.compile(path, target="tilelang", cache_dir=cache, dynamic=("M",), **consts).specialize(
+        tkc.compile(path, target=target, cache_dir=cache, dynamic=("M",), **consts).specialize(
             {"M": 1, "K": k, "N": n, "R": r})
         return "ok"
     except Exception as exc:  # the main process compiles again and reports it
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def prewarm(shapes, dtypes, cache: str, workers: int) -> None:
+def prewarm(shapes, dtypes, cache: str, workers: int, target: str = "tilelang") -> None:
     """Build every bucket's choice of the cost model in parallel processes (TileLang's builds
     take seconds each; the layer's first call then finds them in the cache)."""
     from dsl.parser import parse
@@ -121,7 +121,7 @@ def prewarm(shapes, dtypes, cache: str, workers: int) -> None:
         for k, n, r in shapes:
             chooser = Chooser(path, text, parse(text, path), {"K": k, "N": n, "R": r}, {}, ("M",))
             for consts in {tuple(sorted(c.consts.items())) for _, c in chooser.buckets()}:
-                jobs.append((k, n, r, DTYPES[dt], cache, dict(consts)))
+                jobs.append((k, n, r, DTYPES[dt], cache, dict(consts), target))
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(_prewarm, *zip(*jobs)))
 
@@ -133,6 +133,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ms", default=None, help="comma-separated token counts")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "peft_miss.json"))
     ap.add_argument("--jobs", type=int, default=14)
+    ap.add_argument("--target", default="tilelang", choices=("tilelang", "cuda"),
+                    help="tkc's GPU target for the layer and the adapter (default tilelang)")
     args = ap.parse_args(argv)
     import torch
 
@@ -141,14 +143,14 @@ def main(argv=None) -> int:
     from tkc.integrations import peft as tkc_peft
 
     device = "cpu" if args.cpu else "cuda"
-    target = "interp" if args.cpu else "tilelang"
+    target = "interp" if args.cpu else args.target
     shapes, ms = (CPU_SHAPES, CPU_MS) if args.cpu else (GPU_SHAPES, GPU_MS)
     ms = [int(m) for m in args.ms.split(",")] if args.ms else ms
     dtypes = args.dtypes.split(",")
     cache = tempfile.mkdtemp(prefix="tkc-bench-peft-")
     os.environ.setdefault("TILELANG_CACHE_DIR", os.path.join(cache, "tilelang"))
     if not args.cpu:
-        prewarm(shapes, dtypes, cache, args.jobs)
+        prewarm(shapes, dtypes, cache, args.jobs, target)
     timer = bench.Timer(args.cpu, 50 if not args.cpu else 5, 200 if not args.cpu else 20)
     rows = []
     print(f"# PEFT MiSS layer on {torch.cuda.get_device_name() if not args.cpu else 'CPU'}, target {target}")
