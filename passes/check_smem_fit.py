@@ -15,8 +15,9 @@ Options: `target` (passes/targets.py: sm_90 232448 bytes with opt-in, sm_80 1669
 * `sum` (the default option, for `tkc opt -p`): bytes x stages of every shared tile, no reuse;
   the TileLang model exceeds it by alignment at most; what the autotuner prunes with.
 
-The backend models need concrete tile shapes (after `tile`); before it, or where a dim is
-dynamic on `cuda`, the pass falls back to `sum` (evaluated under the kernel's dims and constants).
+The backend models need concrete tile shapes (after `tile`); before it the pass falls back to
+`sum` (evaluated under the kernel's dims and constants). A dynamic dim never sizes a tile, so
+both backend models apply to dynamic kernels too.
 A sampled gemm (a `tiles` grid, SDDMM) has no `tile.alloc`: its kernels' tiles are those the
 backend's SDDMM lowering stages (passes/smem_sddmm.py, the code codegen/cuda_sddmm.py and
 codegen/tilelang_sddmm.py emit from), the estimate is its largest kernel's (on `cuda` the tile
@@ -39,7 +40,6 @@ from dataclasses import dataclass
 from dsl import exprs
 from dsl.diagnostics import Diagnostic, TkError, error
 from dsl.ir import Module, Op
-from dsl.ops import dynamic_dims
 from passes import smem_sddmm, smem_tilelang
 from passes.cuda_placement import make_plan, smem_diagnostic
 from passes.options import PIPELINE_LOC, options_from
@@ -82,7 +82,7 @@ def _model(module: Module, launch: Op, backend: str):
     sampled = smem_sddmm.model(module, launch, backend)
     if sampled is not None:  # a sampled gemm's kernels: the backend's own tiles
         return sampled.total, sampled
-    if backend != "sum" and concrete(launch) and not (backend == "cuda" and dynamic_dims(module.func)):
+    if backend != "sum" and concrete(launch):
         if backend == "cuda":
             threads = exprs.evaluate(exprs.parse(str(launch.attrs.get("threads", "128"))), {})
             plan = make_plan(module, launch, threads)
