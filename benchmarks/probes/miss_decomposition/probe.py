@@ -34,6 +34,10 @@ CONFIGS = {  # name -> schedule constants of miss_split.tk
     "m16_n32_b64": {"BM": 16, "BN": 64, "NS": 32},
     "m16_n8": {"BM": 16, "BN": 128, "NS": 8},
     "m32s_n2": {"BM": 32, "BN": 128, "NS": 2, "STAGE_C": 1},
+    # U shards per pipelined trip (the file's default is U = 4, which the names above take)
+    "m64s_u1": {"BM": 64, "BN": 128, "STAGE_C": 1, "U": 1},
+    "m64s_u2": {"BM": 64, "BN": 128, "STAGE_C": 1, "U": 2},
+    "m64s_t256_u2": {"BM": 64, "BN": 128, "STAGE_C": 1, "U": 2, "threads": 256},
 }
 KNR = [(4096, 4096, 64), (4096, 11008, 64), (3072, 3072, 64), (3072, 8192, 16)]
 MS = {(4096, 4096, 64): [1024, 4096, 16384], (4096, 11008, 64): [8192],
