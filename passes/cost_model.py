@@ -5,11 +5,11 @@ dims are evaluated at `values`) and models one launch (issue 13: "the decomposit
 cost model"):
 
 * **blocks and occupancy**: the grid's block count; blocks per SM limited by shared memory
-  (the bytes TileLang allocates, `check-smem-fit`'s TileLang model: buffers packed by lifetime;
-  the sum of buffers x stages where that model does not apply), threads (2048 per SM) and 32
-  blocks; waves. With the sum, MiSS with two shards per trip (BM = 64, BN = 128) looked like one
-  block per SM where the GPU ran two, and the model ranked it below a slower form
-  (docs/PERFORMANCE.md, "U shards per pipelined trip").
+  (the bytes TileLang allocates: check-smem-fit's TileLang model, `smem_estimate`; buffers
+  packed by lifetime), threads (2048 per SM) and 32 blocks; waves. With the sum of buffers x
+  stages, MiSS with two shards per trip (BM = 64, BN = 128) looked like one block per SM where
+  the GPU ran two, and the model ranked it below a slower form (docs/PERFORMANCE.md, "U shards
+  per pipelined trip").
 * **HBM bytes**: every input read once and every output written once (clipped to the tensor),
   plus re-reads that miss L2: a tensor whose tile offsets do not depend on some grid index is
   read again by every block along that index; the re-read hits L2 when the tensor fits in a
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from dsl import exprs
 from dsl.ir import Module, Op
 from dsl.types import DTYPES
-from passes.check_smem_fit import shared_buffers
+from passes.check_smem_fit import smem_estimate
 
 
 OVERLAP = 0.25  # fraction of the smaller bounds that the largest does not hide (fitted, see above)
@@ -77,20 +77,6 @@ class Estimate:
                 f"{self.waves} wave{'s' * (self.waves != 1)}; {self.blocks} blocks, {self.blocks_per_sm}/SM)")
 
 
-def _smem_bytes(launch: Op, env: dict[str, int]) -> int:
-    """Shared memory per block: TileLang's plan (passes/smem_tilelang.py) when every tile is
-    concrete, else the sum of buffers x stages."""
-    from passes import smem_tilelang
-    from passes.check_smem_fit import concrete
-
-    if concrete(launch):
-        try:
-            return smem_tilelang.plan(launch, env).total
-        except exprs.ExprError:
-            pass
-    return sum(b * s for _, b, s in shared_buffers(launch, env))
-
-
 def _value(text: str, env: dict[str, int]) -> int:
     return exprs.evaluate(exprs.parse(text), env)
 
@@ -102,7 +88,7 @@ def estimate(module: Module, values: dict[str, int] | None = None, hw: Hardware 
     grid = [_value(g, env) for g in launch.attrs["grid"]] if "grid" in launch.attrs else [1]
     blocks = max(1, math.prod(grid))
     threads = _value(launch.attrs.get("threads", "128"), env)
-    smem = _smem_bytes(launch, env)
+    smem = smem_estimate(module, launch, "tilelang")  # TileLang's plan where it applies, else the sum
     per_sm = max(1, min(32, hw.threads_per_sm // max(threads, 1), hw.smem_per_sm // smem if smem else 32))
     waves = math.ceil(blocks / (hw.sms * per_sm))
     loads: dict[int, tuple] = {}  # tensor id -> (value, bytes per block, grid vars its offsets use)
