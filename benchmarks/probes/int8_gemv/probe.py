@@ -1,18 +1,11 @@
 """Probe (issue 10): where the int8 GEMV's time goes, by hand-edited variants of generated CUDA.
 
-Each `variants/*.cu` is a `tkc compile --target cuda -D D=11008` output at K = 4096 (G = GS = 64)
-of examples/matmul_q8.tk, examples/matmul_f16.tk or a form of the GEMV in this folder
-(`matmul_q8_factor.tk`: `sum(cast(W) * X, 2) * S`; `matmul_q8_loop.tk`: NB blocks looping over row
-groups; `matmul_q8_pipelined.tk`: the same loop `pipelined`, with -D BD, stages, NB as named),
-some edited by hand as their names say: `_prmt` converts int8 -> f32 four at a time by byte
-permute (prmt + fadd per weight instead of shl, shr, iadd, fadd); `_prefetch` loads the next
-trip's W into registers before the current trip's arithmetic. `q8_persist*.cu` are written by
-hand (not generated): the generated layout in a persistent loop over row groups, X in registers
-for the whole kernel, the next group's W and S loaded before the current one is reduced.
-Every variant is checked against float64 torch, then timed (do_bench median over 4 rotated input
-sets, and as CUDA-graph replays: the kernel without the launch's host time).
-Run on the device machine: `python3 benchmarks/probes/int8_gemv/probe.py [VARIANT ...] [--check-only]`
-(`--check-only`: launch and check only, to run under `ncu`).
+The kernels are gen.py's (generated at D = 11008, K = 4096, some edited by hand, `q8_persist*`
+written by hand; gen.py says which), written into a temporary folder first (or taken from
+`--dir DIR`). Every variant is checked against float64 torch, then timed (do_bench median over
+4 rotated input sets, and as CUDA-graph replays: the kernel without the launch's host time).
+Run on the device machine: `python3 benchmarks/probes/int8_gemv/probe.py [VARIANT ...] [--dir DIR]
+[--check-only]` (`--check-only`: launch and check only, to run under `ncu`).
 """
 
 from __future__ import annotations
@@ -20,10 +13,11 @@ from __future__ import annotations
 import glob
 import os
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks"), HERE]
 
 D, K, GS = 11008, 4096, 64
 
@@ -31,6 +25,7 @@ D, K, GS = 11008, 4096, 64
 def main() -> None:
     import torch
 
+    import gen
     from miss import copy_bandwidth
     from tkc.bench import Timer, graph_ms, rotating
     from tkc.cuda_runtime import CudaLaunch
@@ -52,8 +47,12 @@ def main() -> None:
     q8_bytes = D * K + D * (K // GS) * 4 + K * 4 + D * 4
     f16_bytes = D * K * 2 + K * 4 + D * 4
     rows = []
-    only = [a for a in sys.argv[1:] if not a.startswith("--")]
-    for path in sorted(glob.glob(os.path.join(HERE, "variants", "*.cu"))):
+    args = sys.argv[1:]
+    folder = args[args.index("--dir") + 1] if "--dir" in args else tempfile.mkdtemp(prefix="tkc-int8-gemv-")
+    if "--dir" not in args:
+        gen.generate(folder)
+    only = [a for i, a in enumerate(args) if not a.startswith("--") and (i == 0 or args[i - 1] != "--dir")]
+    for path in sorted(glob.glob(os.path.join(folder, "*.cu"))):
         name = os.path.basename(path)[:-3]
         if only and name not in only:
             continue

@@ -1,10 +1,10 @@
 """Probe (issue 10): where the tuned SGEMM's time goes, by hand-edited variants of generated CUDA.
 
-Each `variants/*.cu` is `tkc compile examples/sgemm.tk --target cuda -D BN=256 -D BK=32 -D WNITER=2
--D threads=256` (the tuned tiling at M = N = K = 4096), edited by hand as its name says. Every
-variant is checked against float64 torch, then timed (do_bench median over rotated input sets)
-next to cuBLAS fp32 (TF32 off) in the same run.
-Run on the device machine: `python3 benchmarks/probes/sgemm/probe.py [VARIANT ...] [--check-only]`.
+The kernels are gen.py's (examples/sgemm.tk at the tuned tiling, M = N = K = 4096, some edited
+by hand; gen.py says which), written into a temporary folder first (or taken from `--dir DIR`).
+Every variant is checked against float64 torch, then timed (do_bench median over rotated input
+sets) next to cuBLAS fp32 (TF32 off) in the same run.
+Run on the device machine: `python3 benchmarks/probes/sgemm/probe.py [VARIANT ...] [--dir DIR] [--check-only]`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from __future__ import annotations
 import glob
 import os
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks"), HERE]
 
 N = 4096
 
@@ -23,6 +24,7 @@ N = 4096
 def main() -> None:
     import torch
 
+    import gen
     from tkc.bench import Timer, rotating
     from tkc.cuda_runtime import CudaLaunch
 
@@ -34,8 +36,12 @@ def main() -> None:
     ref = sets[0][0].double() @ sets[0][1].double()
     check_only = "--check-only" in sys.argv
     rows = [] if check_only else [("cuBLAS", timer(rotating(lambda a, b, c: torch.mm(a, b, out=c), sets)) * 1e3)]
-    only = [a for a in sys.argv[1:] if not a.startswith("--")]
-    for path in sorted(glob.glob(os.path.join(HERE, "variants", "*.cu"))):
+    args = sys.argv[1:]
+    folder = args[args.index("--dir") + 1] if "--dir" in args else tempfile.mkdtemp(prefix="tkc-sgemm-")
+    if "--dir" not in args:
+        gen.generate(folder)
+    only = [a for i, a in enumerate(args) if not a.startswith("--") and (i == 0 or args[i - 1] != "--dir")]
+    for path in sorted(glob.glob(os.path.join(folder, "*.cu"))):
         name = os.path.basename(path)[:-3]
         if only and name not in only:
             continue
