@@ -366,8 +366,9 @@ class Kernel:
         except AttributeError:  # not a torch tensor: the full path converts it or reports it
             plain = None
         if plain is not None:  # dense tensors only, nothing to check per call: allocate and launch
-            jit, outs, device = plain
-            outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outs]
+            jit, outs, _ = plain
+            first = tensors[0]  # on the signature's device (new_empty: 0.5 us less than torch.empty)
+            outputs = [first.new_empty(shape, dtype=dtype) for shape, dtype in outs]
             jit(*[t if t.is_contiguous() else t.contiguous() for t in tensors], *outputs)
             return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
