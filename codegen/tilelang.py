@@ -355,7 +355,8 @@ class _Emitter:
         if n % threads and threads % n:
             raise error(alloc.loc, f"TileLang cannot lay out register tile `{alloc.result}` {t} over {threads} threads",
                         f"its {n} elements are neither a multiple nor a divisor of the thread count",
-                        "pick tile sizes (or a problem size) whose tile has a multiple of `threads` elements")
+                        "pick tile sizes (or a problem size) whose tile has a multiple of `threads` elements, "
+                        "or compile with `--target cuda`, which lays out tiles of any size")
 
     def region(self, ops: list[Op], depth: int) -> None:
         for op in ops:
