@@ -337,7 +337,11 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             what = f"{v.type.dtype}[{', '.join(map(str, shape_of(v)))}]"
             extra = f", {buf.slots} stages of {buf.slot_elems} elements" if buf.slots > 1 else ""
             if buf.transposed:
-                extra += ", stored transposed: [i, k] at k * pitch + i"
+                if buf.swizzle:
+                    w, c, r = buf.swizzle
+                    extra += f", stored transposed and swizzled: [i, k] at k * pitch + (i ^ (k / {w} % {c} * {r}))"
+                else:
+                    extra += ", stored transposed: [i, k] at k * pitch + i"
             kind = "" if v.type.space == "shared" else f" ({v.type.space} tile kept in shared memory)"
             self.line(1, f"{ctype}* const {self.name(v)} = reinterpret_cast<{ctype}*>(smem + {buf.offset});  "
                       f"// {what}{kind}, row pitch {buf.pitch}{extra}")

@@ -150,6 +150,10 @@ class AccessMixin:
         shape = shape_of(v)
         if buf.transposed:  # [i, k] at k * pitch + i (cuda_plan.SmemBuffer)
             shape, idx = shape[::-1], idx[::-1]
+            if buf.swizzle:  # row i of column k at i ^ (k / W % C * R): conflict-free transposed stores
+                w, c, r = buf.swizzle
+                k = idx[0] if shape[0] != 1 else "0"
+                idx = [idx[0], f"(({idx[1]}) ^ ((({k}) >> {w.bit_length() - 1} & {c - 1}) << {r.bit_length() - 1}))"]
         strides, s = [], 1
         for k in range(len(shape) - 1, -1, -1):
             strides.append(s)

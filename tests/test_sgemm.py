@@ -204,17 +204,87 @@ def test_sgemm_plan_keeps_the_accumulator_in_registers_and_a_transposed():
     assert plan.where(allocs["acc"]) == "wtile" and [g.kind for g in plan.gemms.values()] == ["wtile"]
     a, b = plan.smem[id(allocs["0"])], plan.smem[id(allocs["1"])]
     assert a.transposed and a.pitch == 128 and not b.transposed and b.pitch == 128
+    assert a.swizzle == (8, 2, 16) and b.swizzle is None  # BK = 16: 2 chunks of 8 per row, 16-row runs
     assert plan.total_smem == 2 * (128 * 16 + 16 * 128) * 4  # two stages of A and B
     # 128 accumulators per thread; per k: TM = 8 rows of A in two 16-byte loads, WNITER = 4
     # pieces of TN = 4 columns of B, one 16-byte load each; 8 x 16 FMAs
     assert "float acc[8][16];" in source
-    assert "tk_load<16>(rm[wi], &t0[stage_k * 2048 + kk * 128 + wtr * 64 + wi * 64 + ltr * 8 + 0]);" in source
+    assert ("tk_load<16>(rm[wi], &t0[stage_k * 2048 + kk * 128 + ((wtr * 64 + wi * 64 + ltr * 8 + 0) ^ "
+            "(((kk) >> 3 & 1) << 4))]);") in source
     assert "tk_load<16>(rn[wj], &t1[stage_k * 2048 + kk * 128 + wtc * 64 + wj * 16 + ltc * 4 + 0]);" in source
     assert "acc[ti][tj] += rm[ti / 8][ti % 8] * rn[tj / 4][tj % 4];" in source
     # A through per-element cp.async into its transposed tile, B 16 bytes at a time; C 16 bytes
-    assert "tk_cp_async<4>(&t0[stage_k * 2048 + (col + 7) * 128 + row]" in source
+    assert "tk_cp_async<4>(&t0[stage_k * 2048 + (col + 7) * 128 + ((row) ^ (((col + 7) >> 3 & 1) << 4))]" in source
     assert "tk_cp_async<16>(&t1[" in source and "tk_store<16>(&C[" in source
     assert "tk_mma" not in source.split("// ---- kernel")[1]
+
+
+TUNED = {"BN": 256, "BK": 32, "WNITER": 2, "threads": 256}  # benchmarks/sgemm.py's tuned tiling
+
+
+def _transposed_maps(source: str):
+    """The refill loop's per-element cp.async stores of A into its transposed tile t0 (stage 0,
+    block row m = 0) as {shared offset: (row, column of A's tile)} with the bank of each store per
+    (statement, warp 0 lane), and the gemm's fragment loads {(wtr, wi, ltr, kk): first offset}."""
+    body = source.split("if (const int k_next")[1]
+    stores = re.findall(r"tk_cp_async<4>\(&t0\[(.*?)\], &A\[\(m \* 128 \+ row\) \* \d+ \+ k_next \* 32 \+ col\]"
+                        r"(?: \+ (\d))?\);", body)
+    assert len(stores) == 8, stores
+    where, banks = {}, []
+    for expr, j in stores:
+        lanes = []
+        for ch in range(512):  # 2 chunks of 8 per thread, 256 threads
+            row, col = ch // 4, ch % 4 * 8
+            off = eval(expr, {"stage_k": 0, "row": row, "col": col})
+            assert off not in where, "two elements stored at one offset"
+            where[off] = (row, col + int(j or 0))
+            if ch < 32:
+                lanes.append(off % 32)
+        banks.append(lanes)
+    load = re.search(r"tk_load<16>\(rm\[wi\], &t0\[(.*?)\]\);", source).group(1)
+    loads = {(wtr, wi, ltr, kk): eval(load, {"stage_k": 0, "wtr": wtr, "wi": wi, "ltr": ltr, "kk": kk})
+             for wtr in range(2) for wi in range(2) for ltr in range(4) for kk in range(32)}
+    return where, banks, loads
+
+
+def test_the_transposed_tile_is_swizzled_so_a_warps_stores_hit_32_banks_and_the_loads_read_them_back():
+    """A's transposed tile at the tuned tiling (BK = 32: a warp's 32 lanes store 8 rows x 4
+    chunks of 8 columns): unswizzled, the 4 lanes of a row hit one bank (pitch 128 words);
+    swizzled, 32 banks; either way every element lands once and the gemm's 8-float fragment
+    loads find rows wtr * 64 + wi * 32 + ltr * 8 + e of column kk where the stores put them."""
+    from passes import cuda_placement
+
+    _, source = generate(SGEMM, **TUNED)
+    swizzle = cuda_placement._swizzle
+    cuda_placement._swizzle = lambda *args: None
+    try:
+        _, plain = generate(SGEMM, **TUNED)
+    finally:
+        cuda_placement._swizzle = swizzle
+    for text, distinct in ((source, 32), (plain, 8)):
+        where, banks, loads = _transposed_maps(text)
+        assert sorted(where) == list(range(128 * 32))
+        assert all(len(set(lanes)) == distinct for lanes in banks), banks
+        for (wtr, wi, ltr, kk), off in loads.items():
+            assert off % 4 == 0  # 16-byte aligned vector loads
+            assert [where[off + e] for e in range(8)] == [(wtr * 64 + wi * 32 + ltr * 8 + e, kk) for e in range(8)]
+
+
+def test_no_swizzle_where_it_would_split_a_threads_rows():
+    """BK = 64: 8 chunks of 8 columns per row leave 4-row runs, fewer than TM = 8 rows per thread
+    (one vector load); BK = 8 has one chunk per row (no conflict to remove)."""
+    from codegen.cuda_plan import make_plan
+
+    for overrides, tm in (({"BK": 64}, 8), ({"BK": 8}, 8), ({"BK": 32, "TM": 4, "TN": 8}, 4)):
+        module, _ = generate(SGEMM, **overrides)
+        launch = module.func.body.ops[0]
+        plan = make_plan(module, launch, 128)
+        allocs = {op.result.name: op.result for op in launch.walk() if op.name == "tile.alloc"}
+        a = plan.smem[id(allocs["0"])]
+        assert a.transposed
+        assert (a.swizzle is not None) == (overrides["BK"] == 32), (overrides, a.swizzle)
+        if a.swizzle:
+            assert a.swizzle == (8, 4, 8) and tm <= 8
 
 
 def _index_maps(source: str, t: dict[str, int]) -> tuple[dict, dict]:

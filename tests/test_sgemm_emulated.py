@@ -76,6 +76,8 @@ CASES = [  # (schedule constants, M, N, K)
     ({"BM": 32, "BN": 32, "BK": 8, "TM": 1, "TN": 8, "WM": 16, "WN": 16, "WNITER": 1}, 65, 65, 17),
     ({"BM": 32, "BN": 32, "BK": 8, "TM": 2, "TN": 2, "WM": 16, "WN": 16, "WNITER": 1}, 65, 71, 23),
     ({"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 1, "WM": 16, "WN": 16, "WNITER": 2}, 64, 64, 16),
+    ({"BN": 256, "BK": 32, "WNITER": 2, "threads": 256}, 200, 260, 70),  # the tuned tiling: A swizzled
+    ({"BK": 64}, 140, 130, 100),  # 4-row runs under TM = 8: A not swizzled
 ]
 
 

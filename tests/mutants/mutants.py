@@ -496,6 +496,11 @@ MUTANTS: list[Mutant] = [
       'self.line(d, f"tk_cp_async<{size}>({s_at}, {g_at});" if gc.cond',
       "the per-element cp.async into a transposed A tile drops its edge guard (reads past the tensor)", "gpu",
       tests=_QUICK, select="cuda and sgemm"),
+    M("cuda-wtile-swizzle-splits-thread-rows", "passes/cuda_placement.py",
+      "    if any(tm & (tm - 1) or tm > run for tm in tms):",
+      "    if any(tm & (tm - 1) for tm in tms):",
+      "A's transposed tile is swizzled where the XOR splits a thread's TM rows (its vector loads read "
+      "rows of another thread)", "cpu", tests=("tests/test_sgemm_emulated.py",)),
     M("cuda-wtile-transposed-addressed-row-major", "codegen/cuda_access.py",
       "        if buf.transposed:  # [i, k] at k * pitch + i (cuda_plan.SmemBuffer)",
       "        if False:  # [i, k] at k * pitch + i (cuda_plan.SmemBuffer)",

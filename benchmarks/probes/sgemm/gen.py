@@ -2,9 +2,12 @@
 
 `tkc compile examples/sgemm.tk --target cuda` at M = N = K = 4096 and the tuned tiling (BM=128,
 BN=256, BK=32, WNITER=2, 256 threads): `tuned`, `st3` (3 stages), `bk16_st3` (BK = 16, 3
-stages); and `tuned` edited by hand: `unroll8` (the k loop unrolled by 8, not fully), `dbuf` (the
-fragments of k + 1 loaded from shared memory before k's FMAs), `amap` (A's loader maps
-consecutive lanes to consecutive rows: no bank conflicts on its transposed 4-byte stores).
+stages). Since 2026-11-26 the compiler XOR-swizzles A's transposed tile (passes/cuda_placement.py
+`_swizzle`); `noswz` is `tuned` with the swizzle taken out (the layout the variants below and the
+first runs of this probe measured), and `noswz` edited by hand: `unroll8` (the k loop unrolled
+by 8, not fully), `dbuf` (the fragments of k + 1 loaded from shared memory before k's FMAs),
+`amap` (A's loader maps consecutive lanes to consecutive rows: no bank conflicts on its
+transposed 4-byte stores).
 
     python3 benchmarks/probes/sgemm/gen.py DIR
 """
@@ -53,12 +56,21 @@ def generate(folder: str) -> list[str]:
     os.makedirs(folder, exist_ok=True)
     path = os.path.relpath(os.path.join(ROOT, "examples", "sgemm.tk"))  # as the header names it from the root
     sources = {name: cuda.emit(driver.optimize(driver.frontend(path, dict(d)), "cuda")) for name, d in GENERATED.items()}
-    tuned = sources["tuned"]
-    assert K_LOOP in tuned
-    sources["unroll8"] = tuned.replace(K_LOOP, K_LOOP.replace("#pragma unroll", "#pragma unroll 8"))
-    body = tuned[tuned.index(K_LOOP):]
-    sources["dbuf"] = tuned.replace(body[:body.index("            __syncthreads();  // every thread is done")], DBUF)
-    amap = tuned.replace('''                    const int row = ch / 4;
+    from passes import cuda_placement
+
+    swizzle = cuda_placement._swizzle
+    cuda_placement._swizzle = lambda *args: None  # the compiler as it was before the swizzle
+    try:
+        base = cuda.emit(driver.optimize(driver.frontend(path, dict(TUNED)), "cuda"))
+    finally:
+        cuda_placement._swizzle = swizzle
+    assert base != sources["tuned"]
+    sources["noswz"] = base
+    assert K_LOOP in base
+    sources["unroll8"] = base.replace(K_LOOP, K_LOOP.replace("#pragma unroll", "#pragma unroll 8"))
+    body = base[base.index(K_LOOP):]
+    sources["dbuf"] = base.replace(body[:body.index("            __syncthreads();  // every thread is done")], DBUF)
+    amap = base.replace('''                    const int row = ch / 4;
                     const int col = ch % 4 * 8;
                     tk_cp_async<4>(&t0''', '''                    const int row = ch % 128;
                     const int col = ch / 128 * 8;
