@@ -209,7 +209,7 @@ def test_sgemm_plan_keeps_the_accumulator_in_registers_and_a_transposed():
     # 128 accumulators per thread; per k: TM = 8 rows of A in two 16-byte loads, WNITER = 4
     # pieces of TN = 4 columns of B, one 16-byte load each; 8 x 16 FMAs
     assert "float acc[8][16];" in source
-    assert ("tk_load<16>(rm[wi], &t0[stage_k * 2048 + kk * 128 + ((wtr * 64 + wi * 64 + ltr * 8 + 0) ^ "
+    assert ("tk_load<16>(rm[wi], &t0[stage_k * 2048 + kk * 128 + wtr * 64 + wi * 64 + ((ltr * 8) ^ "
             "(((kk) >> 3 & 1) << 4))]);") in source
     assert "tk_load<16>(rn[wj], &t1[stage_k * 2048 + kk * 128 + wtc * 64 + wj * 16 + ltc * 4 + 0]);" in source
     assert "acc[ti][tj] += rm[ti / 8][ti % 8] * rn[tj / 4][tj % 4];" in source
