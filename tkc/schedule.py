@@ -5,10 +5,12 @@ For a kernel with a `tune` clause, every configuration of its space (tkc/tune.py
 (`tile,defer-reduce,software-pipeline,check-smem-fit`: a configuration that breaks a `requires`
 or does not fit in shared memory drops out), and passes/cost_model.py estimates its time. With
 static dims the best one is the choice. With dynamic dims (`dynamic M`) the choice is made per
-bucket of their values (M in [1, 16], [17, 64], ..., [4097, 16384], [16385, ...): estimated at
-the bucket's upper end, the last at 65536), so a kernel compiles one specialization per distinct
-choice at its first call and none afterwards (issue 13: "a call at an M never seen before
-compiles nothing").
+bucket of their values (M in [1, 16], [17, 64], ..., [1025, 4096], [4097, 8192], [8193, 16384],
+[16385, ...): estimated at the bucket's upper end, the last at 65536), so a kernel compiles one
+specialization per distinct choice at its first call and none afterwards (issue 13: "a call at an
+M never seen before compiles nothing"). The buckets grow by 4x, but by 2x from 4096 to 16384:
+estimated at 16384, M = 8192 got a choice made for twice its blocks (MiSS at K 4096, N 11008:
+U = 1, 107.4 us on an H200, where the choice at 8192, U = 2, took 94.6; docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 from dsl.diagnostics import TkError, error
 
-BUCKET_ENDS = (16, 64, 256, 1024, 4096, 16384)  # upper ends; the last bucket is open
+BUCKET_ENDS = (16, 64, 256, 1024, 4096, 8192, 16384)  # upper ends; the last bucket is open
 OPEN_BUCKET_AT = 65536  # where the open bucket is estimated
 MODEL_PIPELINE = "tile,defer-reduce,software-pipeline,check-smem-fit"
 

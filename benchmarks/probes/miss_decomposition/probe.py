@@ -38,6 +38,11 @@ CONFIGS = {  # name -> schedule constants of miss_split.tk
     "m64s_u1": {"BM": 64, "BN": 128, "STAGE_C": 1, "U": 1},
     "m64s_u2": {"BM": 64, "BN": 128, "STAGE_C": 1, "U": 2},
     "m64s_t256_u2": {"BM": 64, "BN": 128, "STAGE_C": 1, "U": 2, "threads": 256},
+    # more blocks at M8192 N11008 (128 tiles of 64 rows leave SMs idle, one block each)
+    "m32s_u2": {"BM": 32, "BN": 128, "STAGE_C": 1, "U": 2},
+    "m16s_u2": {"BM": 16, "BN": 128, "STAGE_C": 1, "U": 2},
+    "m32s_n2_u2": {"BM": 32, "BN": 128, "NS": 2, "STAGE_C": 1, "U": 2},
+    "m64s_n2_u2": {"BM": 64, "BN": 128, "NS": 2, "STAGE_C": 1, "U": 2},
 }
 KNR = [(4096, 4096, 64), (4096, 11008, 64), (3072, 3072, 64), (3072, 8192, 16)]
 MS = {(4096, 4096, 64): [1024, 4096, 16384], (4096, 11008, 64): [8192],
@@ -59,7 +64,11 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out", default="probe.json")
     p.add_argument("--configs", default=",".join(CONFIGS))
+    p.add_argument("--knr", default="", help="only these K/N/R, e.g. `4096/11008/64` (comma-separated)")
     args = p.parse_args()
+    global KNR
+    if args.knr:
+        KNR = [tuple(int(x) for x in t.split("/")) for t in args.knr.split(",")]
     cache = tempfile.mkdtemp(prefix="tkc-probe-")
     os.environ.setdefault("TILELANG_CACHE_DIR", os.path.join(cache, "tilelang"))
     names = args.configs.split(",")
