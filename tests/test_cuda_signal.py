@@ -246,6 +246,6 @@ def test_nvcc_accepts_every_word_size(paths, tmp_path):
         _, src = emit(paths["push4"], N=n)
         path = tmp_path / f"push4_{n}.cu"
         path.write_text(src)
-        proc = subprocess.run([NVCC, "-arch=sm_90a", "-c", str(path), "-o", str(path)[:-3] + ".o"],
+        proc = subprocess.run([NVCC, "-arch=sm_90a", "-cubin", str(path), "-o", str(path)[:-3] + ".cubin"],
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr[-3000:]
