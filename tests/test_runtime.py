@@ -150,6 +150,39 @@ def test_the_cuda_target_without_cupy_is_a_user_error(tmp_path, monkeypatch, req
     assert d.notes == ['install tkc\'s GPU extra: `pip install -e ".[gpu]"` (cupy-cuda13x), or use `--target tilelang`']
 
 
+def test_the_cuda_launch_takes_torchs_raw_stream_or_the_public_one():
+    """tkc/cuda_runtime.py asks torch for the current stream's raw handle where torch has the query
+    (no Stream object per launch), else for the public Stream object's handle."""
+    import types
+
+    from tkc.cuda_runtime import _raw_stream
+
+    calls = []
+    public = types.SimpleNamespace(current_stream=lambda i: calls.append(("public", i)) or types.SimpleNamespace(cuda_stream=77))
+    raw = types.SimpleNamespace(_C=types.SimpleNamespace(_cuda_getCurrentRawStream=lambda i: calls.append(("raw", i)) or 55),
+                                cuda=public)
+    assert _raw_stream(raw, 1) == 55 and calls == [("raw", 1)]
+    calls.clear()
+    old = types.SimpleNamespace(_C=types.SimpleNamespace(), cuda=public)
+    assert _raw_stream(old, 2) == 77 and calls == [("public", 2)]
+
+
+def test_swizzle_keeps_terms_that_are_multiples_of_32_outside_the_xor():
+    """codegen/cuda_access.py: a multiple of 32 added to a row index commutes with an XOR below 32,
+    so such terms move out; anything else (other multiples, products of sums) stays inside."""
+    from codegen.cuda_access import _split_multiples
+
+    assert _split_multiples("wtr * 64 + wi * 32 + ltr * 8 + 0", 32) == (["wtr * 64", "wi * 32"], "ltr * 8")
+    assert _split_multiples("wtr * 64 + wi * 16 + ltr * 4", 32) == (["wtr * 64"], "wi * 16 + ltr * 4")
+    assert _split_multiples("(a + b) * 64 + c", 32) == ([], "(a + b) * 64 + c")
+    assert _split_multiples("row", 32) == ([], "row")
+    assert _split_multiples("128 + x", 32) == (["128"], "x")
+    for i in range(256):  # the identity the split relies on
+        for s in range(32):
+            for a in range(4):
+                assert (i + 32 * a) ^ s == (i ^ s) + 32 * a
+
+
 def test_dim_expressions_bind_and_check_extents():
     path = os.path.join(ROOT, "tests", "programs", "dim_exprs.tk")
     k = tkc.compile(path, target="interp")

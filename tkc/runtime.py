@@ -362,7 +362,7 @@ class Kernel:
         import torch
 
         try:
-            plain = self._plain.get(tuple((t.shape, t.dtype, t.device) for t in tensors)) if self._plain else None
+            plain = self._plain.get(tuple([(t.shape, t.dtype, t.device) for t in tensors])) if self._plain else None
         except AttributeError:  # not a torch tensor: the full path converts it or reports it
             plain = None
         if plain is not None:  # dense tensors only, nothing to check per call: allocate and launch
