@@ -570,10 +570,9 @@ def _split_multiples(expr: str, n: int) -> tuple[list[str], str]:
             start = i + 3
     terms.append(expr[start:])
     outer, inner = [], []
-    for t in terms:
-        m = re.fullmatch(r"(?:\w+ \* )?(\d+)", t.strip())
-        if m and int(m.group(1)) % n == 0 and (" * " in t or int(m.group(1)) != 0):
-            outer.append(t.strip())
-        elif t.strip() != "0":
-            inner.append(t.strip())
+    for t in (t.strip() for t in terms):
+        if t == "0":
+            continue
+        m = re.fullmatch(r"(?:\w+ \* )?(\d+)", t)
+        (outer if m and int(m.group(1)) % n == 0 else inner).append(t)
     return outer, " + ".join(inner)

@@ -16,6 +16,7 @@ either.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -209,13 +210,11 @@ class CudaLaunch:
                 launches.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, args, 0))
         else:
             launches = [(self.name, grid, self.block, args, self.smem)]
-        if index == cupy.cuda.runtime.getDevice():
+        # the kernel's module lives in its device's context: switch only when that is not the current one
+        same = index == cupy.cuda.runtime.getDevice()
+        with contextlib.nullcontext() if same else cupy.cuda.Device(index):
             for name, grid, block, fn_args, smem in launches:
                 self.function(index, name).kernel(grid, block, tuple(fn_args), smem, stream)
-        else:  # the kernel's module lives in that device's context
-            with cupy.cuda.Device(index):
-                for name, grid, block, fn_args, smem in launches:
-                    self.function(index, name).kernel(grid, block, tuple(fn_args), smem, stream)
 
 
 @functools.lru_cache(maxsize=1)

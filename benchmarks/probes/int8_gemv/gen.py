@@ -20,7 +20,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-sys.path.insert(0, ROOT)
+sys.path[:0] = [ROOT, os.path.dirname(HERE)]
+
+from variants import write_sources  # noqa: E402
 
 PROBE = os.path.relpath(HERE, ROOT)
 GENERATED = {  # name -> (file, defines)
@@ -71,7 +73,6 @@ def generate(folder: str) -> list[str]:
     from codegen import cuda
     from tkc import driver
 
-    os.makedirs(folder, exist_ok=True)
     sources = {name: cuda.emit(driver.optimize(driver.frontend(os.path.relpath(os.path.join(ROOT, path)),
                                                                dict(defines)), "cuda"))
                for name, (path, defines) in GENERATED.items()}
@@ -82,10 +83,7 @@ def generate(folder: str) -> list[str]:
     sources["q8_persist"] = persist
     sources["q8_persist2"] = persist.replace('"grid": [396', '"grid": [264')
     sources["q8_persist_bd8"] = persist.replace("BD = 4;", "BD = 8;").replace('"grid": [396', '"grid": [264')
-    for name, text in sources.items():
-        with open(os.path.join(folder, name + ".cu"), "w", encoding="utf-8") as f:
-            f.write(text)
-    return sorted(sources)
+    return write_sources(folder, sources)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,12 @@ Run on the device machine: `python3 benchmarks/probes/int8_gemv/probe.py [VARIAN
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks"), HERE]
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks"), HERE, os.path.dirname(HERE)]
 
 D, K, GS = 11008, 4096, 64
 
@@ -26,6 +24,7 @@ def main() -> None:
     import torch
 
     import gen
+    import variants
     from miss import copy_bandwidth
     from tkc.bench import Timer, graph_ms, rotating
     from tkc.cuda_runtime import CudaLaunch
@@ -47,15 +46,7 @@ def main() -> None:
     q8_bytes = D * K + D * (K // GS) * 4 + K * 4 + D * 4
     f16_bytes = D * K * 2 + K * 4 + D * 4
     rows = []
-    args = sys.argv[1:]
-    folder = args[args.index("--dir") + 1] if "--dir" in args else tempfile.mkdtemp(prefix="tkc-int8-gemv-")
-    if "--dir" not in args:
-        gen.generate(folder)
-    only = [a for i, a in enumerate(args) if not a.startswith("--") and (i == 0 or args[i - 1] != "--dir")]
-    for path in sorted(glob.glob(os.path.join(folder, "*.cu"))):
-        name = os.path.basename(path)[:-3]
-        if only and name not in only:
-            continue
+    for name, path in variants.chosen_kernels(sys.argv[1:], "tkc-int8-gemv-", gen.generate):
         with open(path) as f:
             kernel = CudaLaunch(path, f.read())
         q8 = name.startswith("q8")

@@ -18,7 +18,9 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-sys.path.insert(0, ROOT)
+sys.path[:0] = [ROOT, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+
+from variants import write_sources  # noqa: E402
 
 TUNED = {"BN": 256, "BK": 32, "WNITER": 2, "threads": 256}
 GENERATED = {"tuned": TUNED, "st3": {**TUNED, "stages": 3}, "bk16_st3": {**TUNED, "BK": 16, "stages": 3}}
@@ -53,7 +55,6 @@ def generate(folder: str) -> list[str]:
     from codegen import cuda
     from tkc import driver
 
-    os.makedirs(folder, exist_ok=True)
     path = os.path.relpath(os.path.join(ROOT, "examples", "sgemm.tk"))  # as the header names it from the root
     sources = {name: cuda.emit(driver.optimize(driver.frontend(path, dict(d)), "cuda")) for name, d in GENERATED.items()}
     from passes import cuda_placement
@@ -77,10 +78,7 @@ def generate(folder: str) -> list[str]:
                     tk_cp_async<4>(&t0''')
     assert amap.count("ch % 128") == 2
     sources["amap"] = amap
-    for name, text in sources.items():
-        with open(os.path.join(folder, name + ".cu"), "w", encoding="utf-8") as f:
-            f.write(text)
-    return sorted(sources)
+    return write_sources(folder, sources)
 
 
 if __name__ == "__main__":

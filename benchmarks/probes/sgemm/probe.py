@@ -9,14 +9,12 @@ Run on the device machine: `python3 benchmarks/probes/sgemm/probe.py [VARIANT ..
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks"), HERE]
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks"), HERE, os.path.dirname(HERE)]
 
 N = 4096
 
@@ -25,6 +23,7 @@ def main() -> None:
     import torch
 
     import gen
+    import variants
     from tkc.bench import Timer, rotating
     from tkc.cuda_runtime import CudaLaunch
 
@@ -36,15 +35,7 @@ def main() -> None:
     ref = sets[0][0].double() @ sets[0][1].double()
     check_only = "--check-only" in sys.argv
     rows = [] if check_only else [("cuBLAS", timer(rotating(lambda a, b, c: torch.mm(a, b, out=c), sets)) * 1e3)]
-    args = sys.argv[1:]
-    folder = args[args.index("--dir") + 1] if "--dir" in args else tempfile.mkdtemp(prefix="tkc-sgemm-")
-    if "--dir" not in args:
-        gen.generate(folder)
-    only = [a for i, a in enumerate(args) if not a.startswith("--") and (i == 0 or args[i - 1] != "--dir")]
-    for path in sorted(glob.glob(os.path.join(folder, "*.cu"))):
-        name = os.path.basename(path)[:-3]
-        if only and name not in only:
-            continue
+    for name, path in variants.chosen_kernels(sys.argv[1:], "tkc-sgemm-", gen.generate):
         with open(path) as f:
             kernel = CudaLaunch(path, f.read())
         s = sets[0]
