@@ -237,7 +237,6 @@ def run(args) -> int:
     import torch
 
     from dsl.diagnostics import TkError
-    from dsl.ops import index_bounds
     from tkc import driver, oracle
     import tkc
 
@@ -285,7 +284,6 @@ def run(args) -> int:
         outs = oracle.outputs(module)
         fn = fns[name] if name != "rope" else (lambda x, pos, hd=case["consts"]["HD"]: fns["_rope"](x, pos, hd))
         variants = [("torch eager", fn)]
-        indexed = bool(index_bounds(module.func, module.env))  # index tensors (embedding's token ids)
         if args.compile and not args.cpu:
             if name not in compiled:
                 compiled[name] = torch.compile(fn)
@@ -295,8 +293,6 @@ def run(args) -> int:
                 k = tkc.compile(case["path"], target=t, cache_dir=cache_dir, **case["consts"])
                 k.specialize(case["dims"])
                 variants.append((f"tkc {t}", k))
-                if indexed:  # the per-call index check costs a host sync; torch checks on the device
-                    variants.append((f"tkc {t} assume_valid", lambda *a, k=k: _unchecked(k, a)))
             except TkError as exc:
                 rows.append(_row(case, f"tkc {t}", None, None, nbytes, flops, copy_tbps,
                                  "rejected: " + exc.render().splitlines()[0]))
@@ -351,15 +347,6 @@ def run(args) -> int:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
     print(table(meta, rows))
     return 1 if failed else 0
-
-
-def _unchecked(kernel, args):
-    """`kernel(*args)` without the per-call check of its index tensors' values (tkc.assume_valid:
-    no host sync, as inside tkc llama's CUDA graph); the inputs are the benchmark's own, in range."""
-    import tkc
-
-    with tkc.assume_valid():
-        return kernel(*args)
 
 
 def _row(case, variant, ms, err, nbytes, flops, copy_tbps, status, trace="") -> dict:

@@ -27,7 +27,8 @@ import re
 from dsl import exprs
 from dsl.diagnostics import TkError, error
 from dsl.ir import Module, Op, Value, format_attr_dict
-from dsl.ops import COMPARE, compare_dtype, dynamic_dims, peer_tiles, scalar_ranges, scalar_refs, scalars
+from dsl.ops import (COMPARE, compare_dtype, dynamic_dims, index_bound_exprs, peer_tiles, scalar_ranges, scalar_refs,
+                     scalars)
 from passes.cuda_placement import smem_diagnostic
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin, Chunk
@@ -36,7 +37,7 @@ from codegen.cuda_loops import LoopMixin
 from codegen.cuda_signal import Signal, plan_signal
 from codegen.cuda_plan import (Access, OTHER, SyncState, chunk_map, make_plan, numel, times_text,
                                shape_of)
-from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, PRELUDE, SIGNAL_PRELUDE, SIZES, apply, combine, compute_dtype, convert, identity, literal
+from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, INDEX_PRELUDE, PRELUDE, SIGNAL_PRELUDE, SIZES, apply, combine, compute_dtype, convert, identity, literal
 
 ARCH = "sm_90a"
 SMEM_LIMIT = SMEM_LIMITS["sm_90"]
@@ -115,6 +116,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         self.hoisted: dict[int, str] = {}  # id(mma tile.gemm) -> array of its A fragments loaded before a loop
         self.override: dict[str, str] = {}  # index names -> C expressions (prefetch iterations)
         self.opnames: dict[int, tuple[str, ...]] = {}
+        self.index_bounds = index_bound_exprs(module.func)  # index tensor -> bounds its values are checked against
+        self.cur_op: Op | None = None  # the op being emitted (the location an index check reports)
         self.threads = 128
         self.store_group: dict[int, tuple] = {}  # id(copy) -> (its store group by phase, the member that stores it)
         self.in_flight: dict[int, Value] = {}  # shared tiles a top-level cp.async copy has not been waited for
@@ -157,13 +160,19 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         return c_expr(exprs.parse(text), self.cname, load=self.c_load)
 
     def c_load(self, tensor: str, idx: list[str]) -> str:
-        """`ids[b]` in an index expression: the element of global tensor `tensor`, as int."""
+        """`ids[b]` in an index expression: the element of global tensor `tensor`, as int,
+        checked on the device against [0, bound) of dsl.ops.index_bound_exprs (`tk_index`)."""
         arg = next(a for a in self.m.func.body.args if a.name == tensor)
         dims, terms, stride = self.tensor_dims(arg), [], "1"
         for k in range(len(dims) - 1, -1, -1):
             terms.append(f"({idx[k]})" if stride == "1" else f"({idx[k]}) * {stride}")
             stride = times_text(stride, dims[k])
-        return f"static_cast<int>({self.name(arg)}[{' + '.join(reversed(terms))}])"
+        value = f"static_cast<int>({self.name(arg)}[{' + '.join(reversed(terms))}])"
+        bound = "2147483647"
+        for room in self.index_bounds.get(tensor, []):
+            bound = self.cexpr(room) if bound == "2147483647" else f"min({bound}, {self.cexpr(room)})"
+        where = json.dumps(_loc(self.cur_op if self.cur_op is not None else self.m.func))
+        return f"tk_index({value}, {bound}, {where}, {json.dumps(tensor)})"
 
     def tensor_dims(self, v: Value) -> tuple:
         """The extents of global tensor `v`: ints, and for a dynamic dim its C name (a kernel
@@ -254,6 +263,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                 self.line(0, f"// requires {op.attrs['cond']}: checked by tkc at every call ({_loc(op)})")
         self.line(0, f"// tkc-launch: {json.dumps(config)}")
         self.lines.extend(PRELUDE.rstrip("\n").split("\n"))
+        if self.index_bounds:
+            self.lines.extend(INDEX_PRELUDE.rstrip("\n").split("\n"))
         if "cluster" in launch.attrs:
             self.lines.extend(CLUSTER_PRELUDE.rstrip("\n").split("\n"))
         if self.signal is not None:
@@ -418,6 +429,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                 self.wait_copies(d, "the copy must have landed before these bytes are touched")
             self.sync(accesses, d, st)
             self.line(d, f"// {self.describe(op)} ({_loc(op)})")
+            self.cur_op = op
             handler(op, d)
         return st
 

@@ -241,6 +241,32 @@ __device__ __forceinline__ int8_t tk_to_i8(double x) { return static_cast<int8_t
 __device__ __forceinline__ float tk_i8_to_f32(int8_t x) { return __int_as_float(0x4B400000 + x) - 12582912.0f; }
 """
 
+# Index tensors (`ids[b]` in an index expression) checked on the device (codegen/cuda.py c_load,
+# codegen/tilelang.py): no host sync per call, as torch's own indexing checks on the device.
+INDEX_PRELUDE = r"""
+// An element of an index tensor, checked against [0, hi): outside it, the first thread to see one
+// prints where (once per loaded module) and every such thread stops the kernel (a trap), so the
+// launch fails at the next synchronize and nothing outside the indexed tensor is read or written.
+// The others wait for the print before they trap (a trap first would lose the message).
+__device__ int tk_index_reported;
+__device__ __noinline__ void tk_index_fail(int v, int hi, const char* where, const char* name) {
+    if (atomicCAS(&tk_index_reported, 0, 1) == 0) {
+        printf("%s: error: index tensor `%s` holds %d, outside [0, %d) of what it indexes\n"
+               "  note: index values select rows (or columns) of a tensor and must lie inside it; the kernel "
+               "stopped, and CUDA reports the failed launch at the next synchronize\n", where, name, v, hi);
+        __threadfence_system();
+        atomicExch(&tk_index_reported, 2);
+    } else {
+        while (atomicAdd(&tk_index_reported, 0) != 2) {}
+    }
+    __trap();
+}
+__device__ __forceinline__ int tk_index(int v, int hi, const char* where, const char* name) {
+    if (static_cast<unsigned>(v) >= static_cast<unsigned>(hi)) tk_index_fail(v, hi, where, name);
+    return v;
+}
+"""
+
 CLUSTER_PRELUDE = r"""
 // Thread-block clusters: cluster barriers and peer shared memory (DSMEM) through cooperative groups.
 #include <cooperative_groups.h>

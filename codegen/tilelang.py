@@ -13,14 +13,16 @@ Unsupported constructs raise a located TkError. Input: IR after `tile` (concrete
 
 from __future__ import annotations
 
+import json
 import keyword
 
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value
-from dsl.ops import COMPARE, compare_dtype, dynamic_dims, peer_tiles, scalar_refs, scalars, shared_accesses
+from dsl.ops import COMPARE, compare_dtype, dynamic_dims, index_bound_exprs, peer_tiles, scalar_refs, scalars, shared_accesses
 from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
+from codegen.cuda_prelude import INDEX_PRELUDE
 from passes.smem_tilelang import (MMA_MIN, async_copy_ok, gemm_instruction, mma_fits,  # noqa: F401 (tilelang_sddmm)
                                   row_extent, thread_reduce)
 
@@ -44,10 +46,11 @@ _IDX = "ijkl"
 _TRANSCENDENTAL = ("exp", "exp2", "log", "sin", "cos", "tanh", "sigmoid", "pow", "sqrt", "rsqrt", "silu")
 
 
-def tl_expr(text: str, tensors: dict[str, str] | None = None) -> str:
+def tl_expr(text: str, tensors: dict[str, str] | None = None, check=None) -> str:
     """An IR index expression in TileLang syntax: floor division, T.min/T.max/T.ceildiv; an
-    element of an index tensor (`ids[b]`) reads the buffer named by `tensors`."""
-    return _tl(exprs.parse(text), tensors or {})
+    element of an index tensor (`ids[b]`) reads the buffer named by `tensors`, through
+    `check(tensor, load_text)` when given (the GPU form's device-side range check)."""
+    return _tl(exprs.parse(text), tensors or {}, check=check)
 
 
 def _saturates(src, dst) -> bool:
@@ -60,17 +63,18 @@ def has_load(text: str) -> bool:
     return "[" in text
 
 
-def _tl(e: exprs.Expr, tensors: dict[str, str], parent: int = 0, right: bool = False) -> str:
+def _tl(e: exprs.Expr, tensors: dict[str, str], parent: int = 0, right: bool = False, check=None) -> str:
     if isinstance(e, (exprs.Num, exprs.Sym)):
         return exprs.to_str(e)
     if isinstance(e, exprs.Load):
-        return f"{tensors.get(e.tensor, e.tensor)}[{', '.join(_tl(a, tensors) for a in e.args)}]"
+        text = f"{tensors.get(e.tensor, e.tensor)}[{', '.join(_tl(a, tensors, check=check) for a in e.args)}]"
+        return text if check is None else check(e.tensor, text)
     if isinstance(e, exprs.Call):
         fn = {"cdiv": "T.ceildiv", "min": "T.min", "max": "T.max"}[e.fn]
-        return f"{fn}({', '.join(_tl(a, tensors) for a in e.args)})"
+        return f"{fn}({', '.join(_tl(a, tensors, check=check) for a in e.args)})"
     prec = exprs.PREC[e.op]
     op = "//" if e.op == "/" else e.op
-    text = f"{_tl(e.a, tensors, prec)} {op} {_tl(e.b, tensors, prec, True)}"
+    text = f"{_tl(e.a, tensors, prec, check=check)} {op} {_tl(e.b, tensors, prec, True, check=check)}"
     return f"({text})" if prec < parent or (prec == parent and right) else text
 
 
@@ -118,6 +122,8 @@ class _Emitter:
         self.last_read: dict[int, int] = {}  # id(tile) -> position of the last top-level op reading it
         self.reduce_tmp: dict[int, str] = {}  # id(tile.reduce op) -> its T.reduce_* fragment (thread_reduce)
         self.sddmm_names: dict[str, str] = {}  # a `tiles` grid's launch data -> its Python names (tilelang_sddmm)
+        self.index_rooms = index_bound_exprs(module.func)  # index tensor -> bounds its values are checked against
+        self.index_fns: dict[tuple[str, str], str] = {}  # (index tensor, .tk location) -> its checking function
 
     # ---- naming -----------------------------------------------------------------------------
     def name(self, v: Value) -> str:
@@ -137,6 +143,28 @@ class _Emitter:
 
     def line(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
+
+    def index_expr(self, text: str, op: Op) -> str:
+        """An index expression of `op` in TileLang syntax; on the GPU an element of an index
+        tensor is checked on the device, as the CUDA backend's `tk_index` does."""
+        return tl_expr(text, self.tensors, None if self.cpu else lambda t, load: self.checked_load(t, load, op))
+
+    def checked_load(self, tensor: str, load: str, op: Op) -> str:
+        """`load` (an element of index tensor `tensor`) through a device function of the prelude
+        that checks it against [0, bound) (dsl.ops.index_bound_exprs) and reports `op`'s location."""
+        where = f"{op.loc.file}:{op.loc.line}:{op.loc.col}"
+        fn = self.index_fns.setdefault((tensor, where), f"tk_index_{len(self.index_fns)}")
+        rooms = [tl_expr(r) for r in self.index_rooms.get(tensor, [])] or ["2147483647"]
+        bound = rooms[0] if len(rooms) == 1 else f"T.min({', '.join(rooms)})"
+        return f'T.call_extern("int32", "{fn}", {load}, {bound})'
+
+    def index_prelude(self) -> str:
+        """The CUDA of the index checks `checked_load` used (codegen/cuda_prelude.py INDEX_PRELUDE
+        and one function per index tensor and location)."""
+        fns = "".join(f"__device__ __forceinline__ int {fn}(int v, int hi) {{ return tk_index(v, hi, "
+                      f"{json.dumps(where)}, {json.dumps(tensor)}); }}\n"
+                      for (tensor, where), fn in self.index_fns.items())
+        return f'INDEX_PRELUDE = r"""{INDEX_PRELUDE}{fns}"""\n'
 
     # ---- module -----------------------------------------------------------------------------
     def run(self) -> str:
@@ -231,6 +259,7 @@ class _Emitter:
         extra = "" if self.cpu else f", threads={threads}"
         if "cluster" in op.attrs:
             extra += self.cluster(op)
+        kernel_line = len(self.lines)
         self.line(1, f"with T.Kernel({grid}{extra}) as ({vars_},):")
         for n, ref in self.refs.items():  # a let binding: one load, replayed at new values by a CUDA graph
             self.line(2, f"{n} = {ref}[0]")
@@ -272,6 +301,11 @@ class _Emitter:
                     self.last_read[id(v)] = i
         self.region(op.body.ops, 2)
         self.wait_copies(2, "before the block exits")
+        if self.index_fns:  # device-side index checks: their functions join the kernel's prelude
+            text = self.lines[kernel_line]
+            self.lines[kernel_line] = (text.replace("prelude=PEER_PRELUDE", "prelude=PEER_PRELUDE + INDEX_PRELUDE")
+                                       if "prelude=" in text else text.replace(") as (", ", prelude=INDEX_PRELUDE) as (", 1))
+            self.lines.insert(self.prelude_at, self.index_prelude())
 
     def thread_reduce(self, op: Op) -> bool:
         """Whether reduce `op` becomes `T.reduce_*` (passes/smem_tilelang.py `thread_reduce`). A
@@ -384,7 +418,7 @@ class _Emitter:
                 if inner.name in ("tile.peer_copy", "tile.peer_store"):
                     raise error(inner.loc, "the TileLang backend cannot access a peer tile inside a pipelined loop",
                                 "use `range(...)` for this loop, or `--target cuda`")
-        lo, hi, var = tl_expr(op.attrs["lo"], self.tensors), tl_expr(op.attrs["hi"], self.tensors), op.attrs["var"]
+        lo, hi, var = self.index_expr(op.attrs["lo"], op), self.index_expr(op.attrs["hi"], op), op.attrs["var"]
         rng = hi if lo == "0" else f"{lo}, {hi}"
         kind = op.attrs["kind"]
         if kind == "pipelined" and not self.cpu:
@@ -411,11 +445,11 @@ class _Emitter:
             idx, d = self.loop_nest(self.dims(v), depth)
             pos = idx[op.attrs["axis"]]
             if "index" in op.attrs:
-                pos = f"{pos} + ({tl_expr(op.attrs['index'], self.tensors)})"
+                pos = f"{pos} + ({self.index_expr(op.attrs['index'], op)})"
             self.line(d, f"{self.at(v, idx)} = T.Cast({dtype}, {pos})")
             return
         if "index" in op.attrs:  # a runtime integer (scalar, grid or loop index) as a number
-            self.line(depth, f"T.fill({self.name(v)}, T.Cast({dtype}, {tl_expr(op.attrs['index'], self.tensors)}))")
+            self.line(depth, f"T.fill({self.name(v)}, T.Cast({dtype}, {self.index_expr(op.attrs['index'], op)}))")
             return
         if value == 0.0:
             self.line(depth, f"T.clear({self.name(v)})")
@@ -491,7 +525,7 @@ class _Emitter:
         src, dst = op.operands
         load = src.type.space == "global"
         tensor, tile = (src, dst) if load else (dst, src)
-        offsets = [tl_expr(o, self.tensors) for o in op.attrs["src_offsets" if load else "dst_offsets"]]
+        offsets = [self.index_expr(o, op) for o in op.attrs["src_offsets" if load else "dst_offsets"]]
         checked = op.attrs.get("checked", [True] * tensor.type.rank)
         steps = op.attrs.get("src_steps" if load else "dst_steps") or [1] * tensor.type.rank
         # A strided access, or one at an offset read from an index tensor, is an element loop

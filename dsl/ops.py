@@ -592,12 +592,12 @@ def index_tensors(func: Op) -> set[str]:
     return set().union(*(exprs.loads(e) for op in func.walk() for _, e in expr_attrs(op)))
 
 
-def index_bounds(func: Op, env: dict[str, int]) -> dict[str, int]:
-    """For each index tensor, the exclusive upper bound its values must stay under: over every
-    copy whose offset in some dim reads it, the tensor's extent there minus the tile's extent
-    plus one (`E[ids[b] : +1, :]` with E [V, N]: V). Values must also be >= 0."""
-    out = {name: 2**31 - 1 for name in index_tensors(func)}
-
+def index_bound_exprs(func: Op) -> dict[str, list[str]]:
+    """For each index tensor, the exclusive upper bounds its values must stay under, one per
+    tensor dim whose offset reads it, as index expressions over the dims: the tensor's extent
+    there minus (the tile's extent - 1) x the step (`E[ids[b] : +1, :]` with E [V, N]: `V`).
+    A dynamic extent stays a name (the CUDA backend checks against its kernel argument)."""
+    out: dict[str, list[str]] = {name: [] for name in index_tensors(func)}
     for op in func.walk():
         if op.name != "tile.copy":
             continue
@@ -609,10 +609,19 @@ def index_bounds(func: Op, env: dict[str, int]) -> dict[str, int]:
         for off, size, extent, st in zip(op.attrs[key], tile.type.shape, tensor.type.shape, steps):
             names = exprs.loads(exprs.parse(off))
             if names:
-                room = exprs.evaluate(extent, env) - (exprs.evaluate(size, env) - 1) * st
+                room = exprs.to_str(extent)
+                if not (isinstance(size, exprs.Num) and size.value == 1):
+                    room = f"({room}) - ({exprs.to_str(size)} - 1) * {st}"
                 for n in names:
-                    out[n] = max(1, min(out[n], room))
+                    out[n].append(room)
     return out
+
+
+def index_bounds(func: Op, env: dict[str, int]) -> dict[str, int]:
+    """For each index tensor, the exclusive upper bound its values must stay under: the least
+    of index_bound_exprs at `env` (2^31 - 1 with none), at least 1. Values must also be >= 0."""
+    return {name: max(1, min([exprs.evaluate(exprs.parse(r), env) for r in rooms] + [2**31 - 1]))
+            for name, rooms in index_bound_exprs(func).items()}
 
 
 def scalar_ranges(func: Op, env: dict[str, int]) -> dict[str, tuple[int, int]]:

@@ -17,7 +17,8 @@ def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, t
 
 def assume_valid():
     """See tkc.runtime.assume_valid: calls inside skip the host-side checks of device-resident
-    runtime scalars and index tensors, so they can be captured in a CUDA graph."""
+    runtime scalars, so they can be captured in a CUDA graph (index tensors are checked inside
+    the kernel on the GPU targets)."""
     from tkc import runtime
 
     return runtime.assume_valid()

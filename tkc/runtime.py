@@ -172,7 +172,8 @@ class Kernel:
         self._fast: dict[tuple, tuple] = {}  # input signature -> what a call needs (see __call__)
         # Kernels whose inputs are all dense tensors (no runtime scalar, sparse pattern or `mut`
         # output) take a shorter path once a signature was seen: nothing is checked per call
-        # unless the kernel has runtime `requires` or index tensors (those stay on the full path).
+        # unless the kernel has runtime `requires` or host-checked index tensors (those stay on
+        # the full path; the GPU targets check index tensors in the kernel).
         self._plain: dict[tuple, tuple] = {}
         self._plain_ok = all(p.dims is not None and p.dtype not in SPARSE_FORMATS for p in self.ast.inputs) and not any(
             p.mutable for p in self.ast.outputs)
@@ -356,9 +357,12 @@ class Kernel:
 
         Decoding calls small kernels at a high rate, so a call whose tensor inputs have the
         shapes, dtypes and device of an earlier call skips the argument checks and the
-        specialization lookup (a per-signature fast path); runtime scalars, their `requires` and
-        index-tensor values are still checked on every call (reading a tensor scalar or an index
-        tensor costs a host sync; see `assume_valid` for CUDA-graph capture)."""
+        specialization lookup (a per-signature fast path); runtime scalars and their `requires`
+        are still checked on every call (reading a tensor scalar costs a host sync; see
+        `assume_valid` for CUDA-graph capture). Index-tensor values (token ids) are checked in
+        the kernel on the GPU targets (an out-of-range one prints its .tk location and stops
+        the kernel: the launch fails at the next synchronize, as torch's own indexing does on
+        the device; no host sync, capturable) and on the host on the CPU targets."""
         import torch
 
         try:
@@ -402,7 +406,11 @@ class Kernel:
             runtime = any(op.name == "tile.require" and op.attrs.get("runtime") for op in module.func.body.ops)
             bounds = index_bounds(module.func, module.env)
             n_in = sum((2 if p.dtype in SPARSE_FORMATS else 1) for p in self.inputs if p.dims is not None)
-            indexed = [(k, a.name, bounds[a.name]) for k, a in enumerate(args[:n_in]) if a.name in bounds]
+            # The GPU targets check index tensors on the device (codegen/cuda.py c_load, the
+            # TileLang prelude's tk_index_*): no host sync; the CPU targets check them here.
+            device_checked = self.target in ("cuda", "tilelang") and self._sampled(module) is None
+            indexed = [] if device_checked else [(k, a.name, bounds[a.name]) for k, a in enumerate(args[:n_in])
+                                                 if a.name in bounds]
             zeroed = {op.operands[4].name for op in module.func.walk()  # a dense sampled-gemm output: 0
                       if op.name == "tile.sampled_gemm" and op.operands[4].type.rank == 2}  # off the pattern
             outs = [(shape, dtype, a.name in zeroed) for (shape, dtype), a in
@@ -545,10 +553,11 @@ _assumed = contextvars.ContextVar("tkc_assume_valid", default=False)
 @contextlib.contextmanager
 def assume_valid():
     """Inside this block, kernel calls do not check the values of runtime scalars passed as
-    device tensors (their range and `requires` clauses) or of index tensors (token ids): no host
-    sync, so the calls can be captured in a CUDA graph (`torch.cuda.graph`). The caller
-    guarantees the values; an out-of-range one reads or writes outside the tensors. Calls with
-    Python-int scalars are still checked (on the host, no sync)."""
+    device tensors (their range and `requires` clauses): no host sync, so the calls can be
+    captured in a CUDA graph (`torch.cuda.graph`). The caller guarantees the values; an
+    out-of-range one reads or writes outside the tensors. Calls with Python-int scalars are
+    still checked (on the host, no sync). Index tensors (token ids) need no such block: the GPU
+    targets check them inside the kernel, the CPU targets on the host."""
     token = _assumed.set(True)
     try:
         yield
@@ -573,7 +582,8 @@ def check_runtime(module, values: dict[str, int]) -> None:
 def check_indices(module, tensors: dict, bounds: dict | None = None) -> None:
     """Index tensors (read by `ids[b]` in index expressions) must hold values in [0, bound) of
     dsl.ops.index_bounds: an out-of-range token id is a user error, never a silently guarded
-    (zero) row. Costs one min-max reduction and one device sync per index tensor."""
+    (zero) row. The CPU targets' check (the GPU targets check in the kernel): one min-max
+    reduction per index tensor."""
     import torch
 
     from dsl.ops import index_bounds
