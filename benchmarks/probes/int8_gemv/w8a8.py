@@ -1,0 +1,104 @@
+"""Probe (issue 10): does an int8 GEMV with int8 activations (llama2.c runq.c's form: X quantized
+per group, integer dot products, one f32 scale per group of W and of X) reach 1.7x the f16 GEMV?
+
+Variants, all at D = 11008, K = 4096, GS = 64, checked against float64 torch, then timed (do_bench
+median over 4 rotated input sets, and as CUDA-graph replays) in one run:
+* `f16_tuned`: examples/matmul_f16.tk at the tuned BD=2, BK=2048, 256 threads (the baseline);
+* `q8_f32x`: examples/matmul_q8.tk (f32 activations) at its defaults;
+* `w8a8_generated`: matmul_w8a8.tk here (integer products through the language's casts) as
+  `tkc compile --target cuda` generates it;
+* `w8a8_dp4a*`: hand/w8a8_dp4a.cu, the generated layout with 4 __dp4a per row and 16 bytes, one
+  row group of BD rows per block (BD = 4 unless `_bd2`/`_bd8`), or persistent over row groups
+  (`_persistNB`: NB blocks).
+Run on the device machine: `python3 benchmarks/probes/int8_gemv/w8a8.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
+
+D, K, GS = 11008, 4096, 64
+G = K // GS
+
+
+def main() -> None:
+    import torch
+
+    import tkc
+    from miss import copy_bandwidth
+    from tkc.bench import Timer, graph_ms, rotating
+    from tkc.cuda_runtime import CudaLaunch
+
+    timer = Timer(cpu=False, warmup_ms=25, rep_ms=200)
+    copy = copy_bandwidth(timer, "cuda", 1 << 30)
+    print(f"{torch.cuda.get_device_name()}: copy {copy['tbps']:.2f} TB/s")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    cache = tempfile.mkdtemp()
+    q8, w8a8, f16 = [], [], []
+    for _ in range(4):
+        W = torch.randint(-127, 128, (D, G, GS), device="cuda", dtype=torch.int8, generator=g)
+        S = torch.rand((D, G, 1), device="cuda", generator=g) * 0.02 + 0.001
+        X = torch.randint(-127, 128, (G, GS), device="cuda", dtype=torch.int8, generator=g)
+        SX = torch.rand((G, 1), device="cuda", generator=g) * 0.02 + 0.001
+        w8a8.append((W, S, X, SX))
+        q8.append((W, S, torch.randn((G, GS), device="cuda", generator=g)))
+        f16.append((torch.randn((D, K), device="cuda", generator=g).half(), torch.randn((1, K), device="cuda", generator=g)))
+
+    def ref_w8a8(W, S, X, SX):
+        return (W.double() * S.double()).reshape(D, K) @ (X.double() * SX.double()).reshape(K, 1)
+
+    def ref_q8(W, S, X):
+        return (W.double() * S.double()).reshape(D, K) @ X.double().reshape(K, 1)
+
+    def ref_f16(W, X):
+        return W.double() @ X.double().T
+
+    with open(os.path.join(HERE, "hand", "w8a8_dp4a.cu"), encoding="utf-8") as f:
+        hand = f.read()
+    launches = {}
+    def form(bd: int, grid: int) -> str:  # BD rows per block; a grid below D / BD loops (PERSIST)
+        text = hand.replace("BD = 4;", f"BD = {bd};").replace('"grid": [2752', f'"grid": [{grid}')
+        return text if grid == D // bd else "#define PERSIST\n" + text
+
+    for name, text in {"w8a8_dp4a": form(4, 2752), "w8a8_dp4a_bd2": form(2, 5504), "w8a8_dp4a_bd8": form(8, 1376),
+                       "w8a8_dp4a_persist264": form(4, 264), "w8a8_dp4a_persist396": form(4, 396),
+                       "w8a8_dp4a_persist528": form(4, 528), "w8a8_dp4a_persist792": form(4, 792),
+                       "w8a8_dp4a_bd8_persist264": form(8, 264), "w8a8_dp4a_bd2_persist792": form(2, 792)}.items():
+        path = os.path.join(cache, name + ".cu")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        launch = CudaLaunch(path, text)
+        launches[name] = (lambda *a, k=launch: (k(*a, y := torch.empty((D, 1), device="cuda")), y)[1])
+    variants = [
+        ("f16_tuned", tkc.compile(os.path.join(ROOT, "examples", "matmul_f16.tk"), target="cuda", cache_dir=cache,
+                                  BD=2, BK=2048, threads=256), f16, ref_f16, D * K * 2 + K * 4 + D * 4),
+        ("q8_f32x", tkc.compile(os.path.join(ROOT, "examples", "matmul_q8.tk"), target="cuda", cache_dir=cache),
+         q8, ref_q8, D * K + D * G * 4 + K * 4 + D * 4),
+        ("w8a8_generated", tkc.compile(os.path.join(HERE, "matmul_w8a8.tk"), target="cuda", cache_dir=cache),
+         w8a8, ref_w8a8, D * K + D * G * 4 + K + G * 4 + D * 4),
+    ] + [(name, fn, w8a8, ref_w8a8, D * K + D * G * 4 + K + G * 4 + D * 4) for name, fn in launches.items()]
+    rows = []
+    for name, fn, sets, ref, nbytes in variants:
+        for s in sets[:2]:
+            out = fn(*s)
+            r = ref(*s)
+            err = ((out.double() - r).norm() / r.norm()).item()
+            if not err < 1e-5:
+                raise SystemExit(f"{name}: relative error {err}")
+        us = timer(rotating(fn, sets)) * 1e3
+        gus = graph_ms(timer, fn, sets) * 1e3
+        rows.append((name, us, gus, nbytes / (gus * 1e-6) / 1e12 / copy["tbps"] * 100))
+    base = rows[0][2]
+    print(f"{'variant':<22} {'us':>8} {'graph us':>9} {'% copy':>7} {'x f16 (graph)':>14}")
+    for name, us, gus, pct in rows:
+        print(f"{name:<22} {us:8.1f} {gus:9.1f} {pct:6.0f}% {base / gus:13.2f}x")
+
+
+if __name__ == "__main__":
+    main()
