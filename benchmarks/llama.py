@@ -6,7 +6,8 @@ Each variant decodes STEPS positions greedily from BOS (the argmax feeds the nex
 warm-up of the same length; tokens/s is STEPS over the wall time (CUDA synchronized). "% floor"
 is that rate over the weight-bytes floor: one read of every weight matrix (in the variant's
 dtype; int8 with its f32 scales) per token at the device-to-device copy bandwidth measured in the
-same run. Variants: "tkc" (the step in one CUDA graph), "tkc no graph" (one Python call per
+same run. Variants: "tkc" (the step in one CUDA graph, launched programmatically), "tkc no pdl"
+(the same graph without programmatic dependent launch), "tkc no graph" (one Python call per
 kernel), "torch eager" (tkc.models.llama_reference.TorchLlama, run.c's forward), "torch graph"
 and "torch.compile" (StaticTorchLlama: the same forward with position-independent shapes,
 replayed from a CUDA graph, or compiled with `mode="reduce-overhead"`; its first-call compile
@@ -125,7 +126,9 @@ def main(argv=None) -> int:
             variants = [("tkc", lambda: Llama(cfg, w, target=target, cache_dir=args.cache_dir, dtype=dtype)),
                         ("torch eager", lambda: TorchLlama(cfg, w, device=device, dtype=tdt))]
             if device == "cuda":  # (on the CPU "tkc" is already one call per kernel)
-                variants += [("tkc no graph", lambda: Llama(cfg, w, target=target, cache_dir=args.cache_dir,
+                variants += [("tkc no pdl", lambda: Llama(cfg, w, target=target, cache_dir=args.cache_dir, dtype=dtype,
+                                                          programmatic=False)),
+                             ("tkc no graph", lambda: Llama(cfg, w, target=target, cache_dir=args.cache_dir,
                                                             dtype=dtype, graph=False)),
                              ("torch graph", lambda: StaticTorchLlama(cfg, w, device=device, dtype=tdt, mode="graph")),
                              ("torch.compile", lambda: StaticTorchLlama(cfg, w, device=device, dtype=tdt,

@@ -300,6 +300,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         if cluster != [1, 1, 1]:
             attrs = f"__cluster_dims__({', '.join(map(str, cluster))}) " + attrs
         self.line(0, f"extern \"C\" __global__ void {attrs} {kname}({', '.join(params)}) {{")
+        self.line(1, "tk_pdl_enter();  // before any memory access (programmatic dependent launch)")
         for n, ref in ref_names.items():  # one load per thread; a CUDA graph replays at new values
             self.line(1, f"const int {self.cname(n)} = *{ref};  // runtime scalar `{n}` from device memory")
         self.launch(launch, grid)

@@ -116,6 +116,18 @@ PRELUDE = r"""#pragma nv_diag_suppress 177  // unused constants and indices are 
 
 // ---- tkc prelude: the same in every kernel -------------------------------------------------
 
+// Programmatic dependent launch (sm_90, PTX `griddepcontrol`): a kernel launched with the
+// programmatic-stream-serialization attribute (tkc.programmatic_launch) may start while its
+// predecessor in the stream still runs; every kernel first waits until that predecessor has
+// finished and its memory is visible, then lets its own successor start launching. Without the
+// attribute both instructions return at once.
+__device__ __forceinline__ void tk_pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // A memory word of BYTES bytes: vectorized global and shared accesses move one per instruction.
 template <int BYTES> struct tk_word;
 template <> struct tk_word<16> { using type = uint4; };

@@ -24,4 +24,12 @@ def assume_valid():
     return runtime.assume_valid()
 
 
-__all__ = ["assume_valid", "compile"]
+def programmatic_launch():
+    """See tkc.cuda_runtime.programmatic_launch: `cuda` kernels called inside are launched with
+    programmatic dependent launch (each may start while the one before it finishes)."""
+    from tkc import cuda_runtime
+
+    return cuda_runtime.programmatic_launch()
+
+
+__all__ = ["assume_valid", "compile", "programmatic_launch"]

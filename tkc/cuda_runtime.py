@@ -17,6 +17,8 @@ either.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import ctypes
 import functools
 import hashlib
 import os
@@ -123,6 +125,9 @@ class CudaLaunch:
         self._functions: dict[tuple, object] = {}  # (device index, kernel name) -> cupy RawKernel
         self._modules: dict[int, object] = {}  # device index -> cupy RawModule
         self._streams: dict[tuple, object] = {}  # (device index, torch stream handle) -> cupy stream
+        # the kernel waits for its predecessor before touching memory (codegen's tk_pdl_enter), so
+        # it may be launched programmatically (tkc.programmatic_launch)
+        self.pdl = "tk_pdl_enter();" in source and not sddmm
 
     def function(self, index: int, name: str | None = None):
         """The kernel `name` (default: the launch's kernel) loaded on device `index`."""
@@ -213,8 +218,67 @@ class CudaLaunch:
         # the kernel's module lives in its device's context: switch only when that is not the current one
         same = index == cupy.cuda.runtime.getDevice()
         with contextlib.nullcontext() if same else cupy.cuda.Device(index):
+            if _programmatic.get() and self.pdl and len(launches) == 1:
+                name, grid, block, fn_args, smem = launches[0]
+                _launch_programmatic(self.function(index, name).kernel.ptr, grid, block, fn_args, smem, handle)
+                return
             for name, grid, block, fn_args, smem in launches:
                 self.function(index, name).kernel(grid, block, tuple(fn_args), smem, stream)
+
+
+_programmatic = contextvars.ContextVar("tkc_programmatic_launch", default=False)
+
+
+@contextlib.contextmanager
+def programmatic_launch():
+    """Inside this block, `cuda` kernels are launched with CUDA's programmatic-stream-serialization
+    attribute (programmatic dependent launch, sm_90): each may start launching while the kernel
+    before it in the stream still runs, and waits at its first instruction (tk_pdl_enter) until
+    that one has finished and its writes are visible. Results are the same; the gap between
+    dependent kernels shrinks. Captured into a CUDA graph, the edges stay programmatic (CUDA 12.3
+    and later). Used by tkc.models.llama around the capture of a decode step."""
+    token = _programmatic.set(True)
+    try:
+        yield
+    finally:
+        _programmatic.reset(token)
+
+
+class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute (cuda.h)
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_char * 64)]
+
+
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig (cuda.h)
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+
+@functools.lru_cache(maxsize=1)
+def _cu_launch_kernel_ex():
+    """The driver's cuLaunchKernelEx (CUDA 12.0 and later), through ctypes: CuPy launches without
+    launch attributes."""
+    fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
+    fn.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _launch_programmatic(function: int, grid, block, args, smem: int, stream: int) -> None:
+    """Launch CUfunction `function` with the programmatic-stream-serialization attribute; `args`
+    are numpy uint64 (pointers) and int32 scalars, in order. Raises BackendError on a driver error."""
+    attr = _LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION)
+    attr.value = (1).to_bytes(4, "little") + bytes(60)  # programmaticStreamSerializationAllowed = 1
+    config = _LaunchConfig(*grid, *block, smem, stream, ctypes.pointer(attr), 1)
+    values = [ctypes.c_uint64(int(a)) if a.dtype.itemsize == 8 else ctypes.c_int32(int(a)) for a in args]
+    params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
+    status = _cu_launch_kernel_ex()(ctypes.byref(config), function, params, None)
+    if status:
+        raise BackendError(f"cuLaunchKernelEx failed with CUDA driver error {status}")
 
 
 @functools.lru_cache(maxsize=1)

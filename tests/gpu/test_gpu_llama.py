@@ -53,17 +53,19 @@ def cache_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("tkc-cache"))
 
 
-@pytest.mark.parametrize("dtype, n_kv_heads", [("f32", 6), pytest.param("f32", 2, marks=slow),
-                                               pytest.param("f16", 6, marks=slow),
-                                               pytest.param("int8", 3, marks=slow)])
-def test_graph_step_logits_match_the_reference(tmp_path, cache_dir, dtype, n_kv_heads):
-    """int8 reads a version 2 file, so the reference runs its dequantized weights."""
+@pytest.mark.parametrize("dtype, n_kv_heads, programmatic", [("f32", 6, False), ("f32", 6, True),
+                                                             pytest.param("f32", 2, False, marks=slow),
+                                                             pytest.param("f16", 6, True, marks=slow),
+                                                             pytest.param("int8", 3, False, marks=slow)])
+def test_graph_step_logits_match_the_reference(tmp_path, cache_dir, dtype, n_kv_heads, programmatic):
+    """int8 reads a version 2 file, so the reference runs its dequantized weights. `programmatic`:
+    the step captured with programmatic dependent launch (tkc.programmatic_launch)."""
     config = _stories15m(n_kv_heads)
     weights = lf.random_weights(config, seed=n_kv_heads, scale=0.1)
     if dtype == "int8":
         lf.write_v2(tmp_path / "model.bin", config, weights, group_size=32)
         config, weights = lf.load_checkpoint(tmp_path / "model.bin")
-    model = Llama(config, weights, target="cuda", cache_dir=cache_dir, dtype=dtype)
+    model = Llama(config, weights, target="cuda", cache_dir=cache_dir, dtype=dtype, programmatic=programmatic)
     assert model.graph
     ref = TorchLlama(config, weights, device="cuda", dtype=torch.float64)
     tokens = torch.randint(0, config.vocab_size, (70,), generator=torch.Generator().manual_seed(7)).tolist()
