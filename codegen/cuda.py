@@ -31,7 +31,6 @@ from dsl.ops import (COMPARE, compare_dtype, dynamic_dims, index_bound_exprs, pe
                      scalars)
 from passes.cuda_placement import smem_diagnostic
 from passes.targets import SMEM_LIMITS
-from codegen import cuda_prefetch
 from codegen.cuda_access import AccessMixin, Chunk
 from codegen.cuda_gemm import GemmMixin
 from codegen.cuda_loops import LoopMixin
@@ -301,7 +300,9 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         if cluster != [1, 1, 1]:
             attrs = f"__cluster_dims__({', '.join(map(str, cluster))}) " + attrs
         self.line(0, f"extern \"C\" __global__ void {attrs} {kname}({', '.join(params)}) {{")
-        self.ref_names = ref_names  # loaded in `launch`, after the programmatic-launch wait
+        self.line(1, "tk_pdl_enter();  // before any memory access (programmatic dependent launch)")
+        for n, ref in ref_names.items():  # one load per thread; a CUDA graph replays at new values
+            self.line(1, f"const int {self.cname(n)} = *{ref};  // runtime scalar `{n}` from device memory")
         self.launch(launch, grid)
         self.line(0, "}")
         return "\n".join(self.lines) + "\n"
@@ -337,15 +338,6 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         for var, rank, c in zip(op.attrs["vars"], op.attrs.get("ranks", []), self.cluster):
             self.ranges[rank] = (0, c - 1)
             self.line(1, f"const int {self.cname(rank)} = {self.cname(var)} % {c};  // rank in the cluster")
-        boxes = cuda_prefetch.boxes(self.m.func, op, self.m.env)
-        if boxes:
-            self.line(1, "{  // this block's input reads into L2 while a predecessor may still run (cuda_prefetch.py)")
-            for box in boxes:
-                cuda_prefetch.emit(self, box, 2)
-            self.line(1, "}")
-        self.line(1, "tk_pdl_enter();  // before any memory access (programmatic dependent launch)")
-        for n, ref in self.ref_names.items():  # one load per thread; a CUDA graph replays at new values
-            self.line(1, f"const int {self.cname(n)} = *{ref};  // runtime scalar `{n}` from device memory")
         self.line(1, "const int tid = threadIdx.x;")
         if any(g.kind in ("mma", "wtile") for g in self.plan.gemms.values()):
             self.line(1, "const int warp = tid / 32, lane = tid % 32;")

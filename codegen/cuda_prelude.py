@@ -121,14 +121,6 @@ PRELUDE = r"""#pragma nv_diag_suppress 177  // unused constants and indices are 
 // predecessor in the stream still runs; every kernel first waits until that predecessor has
 // finished and its memory is visible, then lets its own successor start launching. Without the
 // attribute both instructions return at once.
-// [p, p + bytes) into L2 (prefetch.global.L2: one 128-byte line per instruction, the block's
-// threads sharing the lines), before tk_pdl_enter (codegen/cuda_prefetch.py). L2 is the point of
-// coherence and the prefetch does not fill L1, so no line is read stale later; only a hint.
-__device__ __forceinline__ void tk_prefetch_l2(const void* p, long long bytes) {
-    const char* c = static_cast<const char*>(p);
-    for (long long off = static_cast<long long>(threadIdx.x) * 128; off < bytes; off += static_cast<long long>(blockDim.x) * 128)
-        asm volatile("prefetch.global.L2 [%0];" :: "l"(c + off));
-}
 __device__ __forceinline__ void tk_pdl_enter() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -56,7 +56,6 @@ inline float tk_i8_to_f32(int8_t x) { int32_t b = 0x4B400000 + x; float f; std::
 using std::max;
 using std::min;
 inline void tk_pdl_enter() {}  // one grid at a time: nothing runs before it
-inline void tk_prefetch_l2(const void*, long long) {}  // a hint: no effect on values
 // An index tensor's element outside [0, hi): the message the GPU prints, then the process stops
 // (the GPU's trap).
 inline int tk_index(int v, int hi, const char* where, const char* name) {
