@@ -43,3 +43,17 @@ def test_launch_structs_have_the_driver_layout():
     assert cuda_runtime._LaunchConfig.attrs.offset == 40
     assert ctypes.sizeof(cuda_runtime._LaunchConfig) == 56
     assert cuda_runtime._PROGRAMMATIC_STREAM_SERIALIZATION == 6
+
+
+def test_programmatic_launch_only_where_the_gpu_and_driver_have_it(monkeypatch):
+    import torch
+
+    def missing():
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    for capability, lookup, want in [((8, 0), lambda: None, False), ((9, 0), missing, False), ((9, 0), lambda: None, True)]:
+        cuda_runtime._pdl_supported.cache_clear()
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
+        monkeypatch.setattr(cuda_runtime, "_cu_launch_kernel_ex", lookup)
+        assert cuda_runtime._pdl_supported(0) is want, capability
+    cuda_runtime._pdl_supported.cache_clear()

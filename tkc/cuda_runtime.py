@@ -218,7 +218,7 @@ class CudaLaunch:
         # the kernel's module lives in its device's context: switch only when that is not the current one
         same = index == cupy.cuda.runtime.getDevice()
         with contextlib.nullcontext() if same else cupy.cuda.Device(index):
-            if _programmatic.get() and self.pdl and len(launches) == 1:
+            if _programmatic.get() and self.pdl and len(launches) == 1 and _pdl_supported(index):
                 name, grid, block, fn_args, smem = launches[0]
                 _launch_programmatic(self.function(index, name).kernel.ptr, grid, block, fn_args, smem, handle)
                 return
@@ -235,7 +235,8 @@ def programmatic_launch():
     attribute (programmatic dependent launch, sm_90): each may start launching while the kernel
     before it in the stream still runs, and waits at its first instruction (tk_pdl_enter) until
     that one has finished and its writes are visible. Results are the same; the gap between
-    dependent kernels shrinks. Captured into a CUDA graph, the edges stay programmatic (CUDA 12.3
+    dependent kernels shrinks. On a GPU before sm_90, or a driver without cuLaunchKernelEx, the
+    kernels launch as usual. Captured into a CUDA graph, the edges stay programmatic (CUDA 12.3
     and later). Used by tkc.models.llama around the capture of a decode step."""
     token = _programmatic.set(True)
     try:
@@ -256,6 +257,21 @@ class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig (cuda.h)
 
 
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+
+@functools.lru_cache(maxsize=None)
+def _pdl_supported(index: int) -> bool:
+    """Whether device `index` takes programmatic launches: sm_90 or later (`griddepcontrol`), and a
+    driver with cuLaunchKernelEx (CUDA 12.0); elsewhere tkc.programmatic_launch launches as usual."""
+    import torch
+
+    if torch.cuda.get_device_capability(index)[0] < 9:
+        return False
+    try:
+        _cu_launch_kernel_ex()
+    except (OSError, AttributeError):
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=1)
