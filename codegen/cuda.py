@@ -27,8 +27,8 @@ import re
 from dsl import exprs
 from dsl.diagnostics import TkError, error
 from dsl.ir import Module, Op, Value, format_attr_dict
-from dsl.ops import (COMPARE, compare_dtype, dynamic_dims, index_bound_exprs, peer_tiles, scalar_ranges, scalar_refs,
-                     scalars)
+from dsl.ops import (COMPARE, compare_dtype, device_checks, dynamic_dims, index_bound_exprs, peer_tiles, scalar_ranges,
+                     scalar_refs, scalars)
 from passes.cuda_placement import smem_diagnostic
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin, Chunk
@@ -37,7 +37,7 @@ from codegen.cuda_loops import LoopMixin
 from codegen.cuda_signal import Signal, plan_signal
 from codegen.cuda_plan import (Access, OTHER, SyncState, chunk_map, make_plan, numel, times_text,
                                shape_of)
-from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, INDEX_PRELUDE, PRELUDE, SIGNAL_PRELUDE, SIZES, apply, combine, compute_dtype, convert, identity, literal
+from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, CHECK_PRELUDE, PRELUDE, SIGNAL_PRELUDE, SIZES, apply, combine, compute_dtype, convert, identity, literal
 
 ARCH = "sm_90a"
 SMEM_LIMIT = SMEM_LIMITS["sm_90"]
@@ -260,11 +260,12 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                       "the tensors' extent; one kernel serves every value)")
         for op in func.body.ops:
             if op.name == "tile.require" and op.attrs.get("runtime"):
-                self.line(0, f"// requires {op.attrs['cond']}: checked by tkc at every call ({_loc(op)})")
+                self.line(0, f"// requires {op.attrs['cond']}: checked at every call, in the kernel where it reads a "
+                          f"runtime scalar from device memory ({_loc(op)})")
         self.line(0, f"// tkc-launch: {json.dumps(config)}")
         self.lines.extend(PRELUDE.rstrip("\n").split("\n"))
-        if self.index_bounds:
-            self.lines.extend(INDEX_PRELUDE.rstrip("\n").split("\n"))
+        if self.index_bounds or scalar_refs(func):
+            self.lines.extend(CHECK_PRELUDE.rstrip("\n").split("\n"))
         if "cluster" in launch.attrs:
             self.lines.extend(CLUSTER_PRELUDE.rstrip("\n").split("\n"))
         if self.signal is not None:
@@ -303,6 +304,9 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         self.line(1, "tk_pdl_enter();  // before any memory access (programmatic dependent launch)")
         for n, ref in ref_names.items():  # one load per thread; a CUDA graph replays at new values
             self.line(1, f"const int {self.cname(n)} = *{ref};  // runtime scalar `{n}` from device memory")
+        for n, cond, what, op in device_checks(func):  # its range and `requires`, checked here (no host sync)
+            self.line(1, f"tk_require({self.cexpr(cond)}, {json.dumps(_loc(op))}, {json.dumps(what)}, "
+                         f"{json.dumps(n)}, {self.cname(n)});")
         self.launch(launch, grid)
         self.line(0, "}")
         return "\n".join(self.lines) + "\n"

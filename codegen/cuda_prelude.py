@@ -253,29 +253,40 @@ __device__ __forceinline__ int8_t tk_to_i8(double x) { return static_cast<int8_t
 __device__ __forceinline__ float tk_i8_to_f32(int8_t x) { return __int_as_float(0x4B400000 + x) - 12582912.0f; }
 """
 
-# Index tensors (`ids[b]` in an index expression) checked on the device (codegen/cuda.py c_load,
-# codegen/tilelang.py): no host sync per call, as torch's own indexing checks on the device.
-INDEX_PRELUDE = r"""
-// An element of an index tensor, checked against [0, hi): outside it, the first thread to see one
-// prints where (once per loaded module) and every such thread stops the kernel (a trap), so the
-// launch fails at the next synchronize and nothing outside the indexed tensor is read or written.
-// The others wait for the print before they trap (a trap first would lose the message).
-__device__ int tk_index_reported;
-__device__ __noinline__ void tk_index_fail(int v, int hi, const char* where, const char* name) {
-    if (atomicCAS(&tk_index_reported, 0, 1) == 0) {
-        printf("%s: error: index tensor `%s` holds %d, outside [0, %d) of what it indexes\n"
-               "  note: index values select rows (or columns) of a tensor and must lie inside it; the kernel "
-               "stopped, and CUDA reports the failed launch at the next synchronize\n", where, name, v, hi);
+# Values known only when the kernel runs, checked on the device (no host sync per call, as torch's
+# own indexing checks on the device): index-tensor elements (`ids[b]`; codegen/cuda.py c_load,
+# codegen/tilelang.py) and runtime scalars read from device memory with their `requires`.
+CHECK_PRELUDE = r"""
+// A failed check: the first thread to fail prints where (once per loaded module) and every
+// failing thread stops the kernel (a trap), so the launch fails at the next synchronize and
+// nothing outside a tensor is read or written. The others wait for the print before they trap
+// (a trap first would lose the message).
+__device__ int tk_error_reported;
+__device__ __noinline__ void tk_fail(const char* where, const char* what, const char* name, int v, int hi) {
+    if (atomicCAS(&tk_error_reported, 0, 1) == 0) {
+        if (hi >= 0)
+            printf("%s: error: index tensor `%s` holds %d, outside [0, %d) of what it indexes\n"
+                   "  note: index values select rows (or columns) of a tensor and must lie inside it; the kernel "
+                   "stopped, and CUDA reports the failed launch at the next synchronize\n", where, name, v, hi);
+        else
+            printf("%s: error: %s\n  note: with %s = %d (read from device memory); the kernel stopped, and CUDA "
+                   "reports the failed launch at the next synchronize\n", where, what, name, v);
         __threadfence_system();
-        atomicExch(&tk_index_reported, 2);
+        atomicExch(&tk_error_reported, 2);
     } else {
-        while (atomicAdd(&tk_index_reported, 0) != 2) {}
+        while (atomicAdd(&tk_error_reported, 0) != 2) {}
     }
     __trap();
 }
+// An element of an index tensor, checked against [0, hi).
 __device__ __forceinline__ int tk_index(int v, int hi, const char* where, const char* name) {
-    if (static_cast<unsigned>(v) >= static_cast<unsigned>(hi)) tk_index_fail(v, hi, where, name);
+    if (static_cast<unsigned>(v) >= static_cast<unsigned>(hi)) tk_fail(where, "", name, v, hi);
     return v;
+}
+// A condition on a runtime scalar `name` = v read from device memory (its range, a `requires`).
+__device__ __forceinline__ int tk_require(bool ok, const char* where, const char* what, const char* name, int v) {
+    if (!ok) tk_fail(where, what, name, v, -1);
+    return 0;
 }
 """
 

@@ -19,10 +19,11 @@ import keyword
 from dsl import exprs
 from dsl.diagnostics import error
 from dsl.ir import Module, Op, Value
-from dsl.ops import COMPARE, compare_dtype, dynamic_dims, index_bound_exprs, peer_tiles, scalar_refs, scalars, shared_accesses
+from dsl.ops import (COMPARE, compare_dtype, device_checks, dynamic_dims, index_bound_exprs, peer_tiles, scalar_refs,
+                     scalars, shared_accesses)
 from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
-from codegen.cuda_prelude import INDEX_PRELUDE
+from codegen.cuda_prelude import CHECK_PRELUDE
 from passes.smem_tilelang import (MMA_MIN, async_copy_ok, gemm_instruction, mma_fits,  # noqa: F401 (tilelang_sddmm)
                                   row_extent, thread_reduce)
 
@@ -124,6 +125,7 @@ class _Emitter:
         self.sddmm_names: dict[str, str] = {}  # a `tiles` grid's launch data -> its Python names (tilelang_sddmm)
         self.index_rooms = index_bound_exprs(module.func)  # index tensor -> bounds its values are checked against
         self.index_fns: dict[tuple[str, str], str] = {}  # (index tensor, .tk location) -> its checking function
+        self.require_fns: list[tuple[str, str, str, str]] = []  # (function, location, message, scalar)
 
     # ---- naming -----------------------------------------------------------------------------
     def name(self, v: Value) -> str:
@@ -159,12 +161,16 @@ class _Emitter:
         return f'T.call_extern("int32", "{fn}", {load}, {bound})'
 
     def index_prelude(self) -> str:
-        """The CUDA of the index checks `checked_load` used (codegen/cuda_prelude.py INDEX_PRELUDE
-        and one function per index tensor and location)."""
+        """The CUDA of the device checks (codegen/cuda_prelude.py CHECK_PRELUDE): one function per
+        index tensor and location `checked_load` used, one per check of a runtime scalar read from
+        device memory (codegen/cuda.py device_checks)."""
         fns = "".join(f"__device__ __forceinline__ int {fn}(int v, int hi) {{ return tk_index(v, hi, "
                       f"{json.dumps(where)}, {json.dumps(tensor)}); }}\n"
                       for (tensor, where), fn in self.index_fns.items())
-        return f'INDEX_PRELUDE = r"""{INDEX_PRELUDE}{fns}"""\n'
+        fns += "".join(f"__device__ __forceinline__ int {fn}(int ok, int v) {{ return tk_require(ok != 0, "
+                       f"{json.dumps(where)}, {json.dumps(what)}, {json.dumps(n)}, v); }}\n"
+                       for fn, where, what, n in self.require_fns)
+        return f'CHECK_PRELUDE = r"""{CHECK_PRELUDE}{fns}"""\n'
 
     # ---- module -----------------------------------------------------------------------------
     def run(self) -> str:
@@ -263,6 +269,11 @@ class _Emitter:
         self.line(1, f"with T.Kernel({grid}{extra}) as ({vars_},):")
         for n, ref in self.refs.items():  # a let binding: one load, replayed at new values by a CUDA graph
             self.line(2, f"{n} = {ref}[0]")
+        if not self.cpu:  # its range and `requires`, checked in the kernel (no host sync)
+            for n, cond, what, at in device_checks(self.m.func):
+                fn = f"tk_require_{len(self.require_fns)}"
+                self.require_fns.append((fn, f"{at.loc.file}:{at.loc.line}:{at.loc.col}", what, n))
+                self.line(2, f'T.evaluate(T.call_extern("int32", "{fn}", T.Cast("int32", {tl_expr(cond)}), {n}))')
         if "cluster" in op.attrs and not self.cpu:
             # As in the CUDA backend (codegen/cuda.py): a cluster kernel's inputs are not
             # `__restrict__`, or nvcc loads them with ld.global.nc, which ptxas sinks below the
@@ -301,10 +312,10 @@ class _Emitter:
                     self.last_read[id(v)] = i
         self.region(op.body.ops, 2)
         self.wait_copies(2, "before the block exits")
-        if self.index_fns:  # device-side index checks: their functions join the kernel's prelude
+        if self.index_fns or self.require_fns:  # device-side checks: their functions join the kernel's prelude
             text = self.lines[kernel_line]
-            self.lines[kernel_line] = (text.replace("prelude=PEER_PRELUDE", "prelude=PEER_PRELUDE + INDEX_PRELUDE")
-                                       if "prelude=" in text else text.replace(") as (", ", prelude=INDEX_PRELUDE) as (", 1))
+            self.lines[kernel_line] = (text.replace("prelude=PEER_PRELUDE", "prelude=PEER_PRELUDE + CHECK_PRELUDE")
+                                       if "prelude=" in text else text.replace(") as (", ", prelude=CHECK_PRELUDE) as (", 1))
             self.lines.insert(self.prelude_at, self.index_prelude())
 
     def thread_reduce(self, op: Op) -> bool:

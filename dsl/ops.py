@@ -624,6 +624,25 @@ def index_bounds(func: Op, env: dict[str, int]) -> dict[str, int]:
             for name, rooms in index_bound_exprs(func).items()}
 
 
+def device_checks(func: Op) -> list[tuple[str, str, str, Op]]:
+    """The checks a GPU backend makes in the kernel on each runtime scalar read from device memory
+    (`scalar_refs`: the host cannot see its value without a sync): (scalar, condition that must
+    hold, message, op of the location): the scalar is non-negative, and every runtime `requires`
+    that mentions it holds."""
+    out = []
+    refs = scalar_refs(func)
+    for n, _, _ in scalars(func):
+        if n in refs:
+            out.append((n, f"{n} >= 0", f"runtime scalar `{n}` is negative; it must be in [0, 2^31)", func))
+    for op in func.body.ops:
+        if op.name == "tile.require" and op.attrs.get("runtime"):
+            names = sorted(exprs.names(exprs.parse(op.attrs["cond"])) & refs)
+            if names:
+                out.append((names[0], op.attrs["cond"], f"requirement `{op.attrs['cond']}` does not hold at this call",
+                            op))
+    return out
+
+
 def scalar_ranges(func: Op, env: dict[str, int]) -> dict[str, tuple[int, int]]:
     """Inclusive [lo, hi] of each runtime scalar: [0, 2^31 - 1], and of each dynamic dim:
     [1, 2^31 - 1], narrowed by the runtime `requires` clauses of the form `pos < E`, `pos <= E`

@@ -16,9 +16,9 @@ def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, t
 
 
 def assume_valid():
-    """See tkc.runtime.assume_valid: calls inside skip the host-side checks of device-resident
-    runtime scalars, so they can be captured in a CUDA graph (index tensors are checked inside
-    the kernel on the GPU targets)."""
+    """See tkc.runtime.assume_valid: calls inside skip the host-side checks of runtime scalars
+    passed as tensors and of index tensors (the CPU targets'; the GPU targets check both inside
+    the kernel)."""
     from tkc import runtime
 
     return runtime.assume_valid()

@@ -357,12 +357,12 @@ class Kernel:
 
         Decoding calls small kernels at a high rate, so a call whose tensor inputs have the
         shapes, dtypes and device of an earlier call skips the argument checks and the
-        specialization lookup (a per-signature fast path); runtime scalars and their `requires`
-        are still checked on every call (reading a tensor scalar costs a host sync; see
-        `assume_valid` for CUDA-graph capture). Index-tensor values (token ids) are checked in
-        the kernel on the GPU targets (an out-of-range one prints its .tk location and stops
-        the kernel: the launch fails at the next synchronize, as torch's own indexing does on
-        the device; no host sync, capturable) and on the host on the CPU targets."""
+        specialization lookup (a per-signature fast path); runtime scalars, their `requires` and
+        index-tensor values (token ids) are still checked on every call: on the GPU targets
+        inside the kernel where it reads a value from device memory (a failed check prints its
+        .tk location and stops the kernel: the launch fails at the next synchronize, as torch's
+        own indexing does on the device; no host sync, so calls capture into CUDA graphs), on
+        the host otherwise (see `assume_valid`)."""
         import torch
 
         try:
@@ -406,8 +406,9 @@ class Kernel:
             runtime = any(op.name == "tile.require" and op.attrs.get("runtime") for op in module.func.body.ops)
             bounds = index_bounds(module.func, module.env)
             n_in = sum((2 if p.dtype in SPARSE_FORMATS else 1) for p in self.inputs if p.dims is not None)
-            # The GPU targets check index tensors on the device (codegen/cuda.py c_load, the
-            # TileLang prelude's tk_index_*): no host sync; the CPU targets check them here.
+            # The GPU targets check index tensors and runtime scalars read from device memory in
+            # the kernel (codegen/cuda.py c_load and device_checks, the TileLang prelude's
+            # tk_index_* and tk_require_*): no host sync; the CPU targets check them here.
             device_checked = self.target in ("cuda", "tilelang") and self._sampled(module) is None
             indexed = [] if device_checked else [(k, a.name, bounds[a.name]) for k, a in enumerate(args[:n_in])
                                                  if a.name in bounds]
@@ -415,7 +416,7 @@ class Kernel:
                       if op.name == "tile.sampled_gemm" and op.operands[4].type.rank == 2}  # off the pattern
             outs = [(shape, dtype, a.name in zeroed) for (shape, dtype), a in
                     zip(outs, (args[i] for i in module.func.attrs["outputs"]))]
-            fast = (module, jit, outs, scalar_names, runtime, indexed, self._sampled(module), dynamic)
+            fast = (module, jit, outs, scalar_names, runtime, indexed, self._sampled(module), dynamic, device_checked)
             if key is not None:
                 self._fast[key] = fast
                 if (self._plain_ok and not runtime and not indexed and fast[6] is None and not any(z for _, _, z in outs)
@@ -425,7 +426,7 @@ class Kernel:
         else:
             tensors = tuple(self._as_tensor(t, i) if p.dims is None or p.dtype in SPARSE_FORMATS else t
                             for i, (p, t) in enumerate(zip(self.inputs, tensors)))
-        module, jit, outs, scalar_names, runtime, indexed, sampled, dynamic = fast
+        module, jit, outs, scalar_names, runtime, indexed, sampled, dynamic, device_checked = fast
         values = [t for p, t in zip(self.inputs, tensors) if p.dims is None]
         arrays = [x for p, t in zip(self.inputs, tensors) if p.dims is not None
                   for x in ((t.rows, t.cols) if p.dtype in SPARSE_FORMATS else (t,))]
@@ -438,7 +439,11 @@ class Kernel:
             if t.device != device:
                 raise error(self.ast.loc, f"runtime scalar `{n}` is a tensor on {t.device}, but the kernel runs on "
                             f"{device}", f"put `{n}` on {device}")
-        if refs or indexed:
+        if refs and device_checked:  # in the kernel; the `requires` over host values are checked here
+            if runtime:
+                check_runtime(module, {**dynamic, **{n: t for n, t in zip(scalar_names, values) if isinstance(t, int)}},
+                              skip={n for n, _ in refs})
+        elif refs or indexed:
             if _assumed.get():
                 pass  # the caller vouches for the values (assume_valid): no host sync
             elif device.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -552,12 +557,12 @@ _assumed = contextvars.ContextVar("tkc_assume_valid", default=False)
 
 @contextlib.contextmanager
 def assume_valid():
-    """Inside this block, kernel calls do not check the values of runtime scalars passed as
-    device tensors (their range and `requires` clauses): no host sync, so the calls can be
-    captured in a CUDA graph (`torch.cuda.graph`). The caller guarantees the values; an
-    out-of-range one reads or writes outside the tensors. Calls with Python-int scalars are
-    still checked (on the host, no sync). Index tensors (token ids) need no such block: the GPU
-    targets check them inside the kernel, the CPU targets on the host."""
+    """Inside this block, kernel calls on the CPU targets do not check the values of runtime
+    scalars passed as tensors (their range and `requires` clauses) or of index tensors on the
+    host; the caller guarantees them, and an out-of-range one reads or writes outside the
+    tensors. The GPU targets check both inside the kernel whatever this block says (no host
+    sync, so their calls capture into CUDA graphs without it). Calls with Python-int scalars
+    are always checked (on the host, no sync)."""
     token = _assumed.set(True)
     try:
         yield
@@ -565,15 +570,18 @@ def assume_valid():
         _assumed.reset(token)
 
 
-def check_runtime(module, values: dict[str, int]) -> None:
-    """Check the `requires` clauses on runtime scalars with the call's `values` (name -> int);
-    raises TkError at the clause that fails."""
+def check_runtime(module, values: dict[str, int], skip: set[str] = frozenset()) -> None:
+    """Check the `requires` clauses on runtime scalars with the call's `values` (name -> int),
+    except those that mention a name in `skip` (scalars the kernel checks itself); raises
+    TkError at the clause that fails."""
     from dsl import exprs
 
     env = {**module.env, **values}
     for op in module.func.body.ops:
         if op.name == "tile.require" and op.attrs.get("runtime"):
             cond = exprs.parse(op.attrs["cond"])
+            if exprs.names(cond) & skip:
+                continue
             if not exprs.evaluate(cond, env):
                 vals = ", ".join(f"{n} = {env[n]}" for n in sorted(exprs.names(cond)))
                 raise error(op.loc, f"requirement `{op.attrs['cond']}` does not hold at this call", f"with {vals}")

@@ -58,6 +58,14 @@ using std::min;
 inline void tk_pdl_enter() {}  // one grid at a time: nothing runs before it
 // An index tensor's element outside [0, hi): the message the GPU prints, then the process stops
 // (the GPU's trap).
+// A runtime scalar read from memory that fails its check: the GPU's message, then the process stops.
+inline int tk_require(bool ok, const char* where, const char* what, const char* name, int v) {
+    if (!ok) {
+        fprintf(stderr, "%s: error: %s\n  note: with %s = %d (read from device memory)\n", where, what, name, v);
+        abort();
+    }
+    return 0;
+}
 inline int tk_index(int v, int hi, const char* where, const char* name) {
     if (static_cast<unsigned>(v) >= static_cast<unsigned>(hi)) {
         fprintf(stderr, "%s: error: index tensor `%s` holds %d, outside [0, %d) of what it indexes\n", where, name, v, hi);

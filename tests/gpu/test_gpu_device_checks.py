@@ -1,11 +1,14 @@
-"""Index tensors checked inside the kernel on the GPU (`cuda` and `tilelang`; tests/test_index_check.py
-has the generated code and the CPU emulation):
+"""Values known only when a kernel runs, checked inside the kernel on the GPU (`cuda` and
+`tilelang`; tests/test_index_check.py has the generated code and the CPU emulation):
 
 * examples/embedding.tk at tile-edge shapes with ids at 0 and V - 1 matches torch, called plainly
   and captured in a CUDA graph without tkc.assume_valid (no host sync to forbid), replayed with
   new ids;
 * an out-of-range id (V, -1) in a fresh process: the launch fails at the synchronize, the
-  process prints the .tk location and the value, and no output row is written from outside E.
+  process prints the .tk location and the value, and no output row is written from outside E;
+* a runtime scalar passed as a device tensor (`pos` of attention.tk), replayed from a CUDA graph
+  captured without tkc.assume_valid at a position that breaks `requires pos < S` (and at -1):
+  the replay fails with the requirement's location and the value.
 """
 
 from __future__ import annotations
@@ -72,3 +75,38 @@ def test_out_of_range_id_stops_the_kernel_with_its_location(cache_dir, target, b
     out = r.stdout + r.stderr
     assert r.returncode == 7, out
     assert f"embedding.tk:9:29: error: index tensor `ids` holds {bad}, outside [0, 77) of what it indexes" in out, out
+
+
+CHILD_POS = """
+import sys, torch, tkc
+k = tkc.compile(sys.argv[1], target=sys.argv[2], cache_dir=sys.argv[3])
+H, HD, S = 4, 32, 64
+q, kc, vc = torch.randn(H, HD, device="cuda"), torch.randn(S, H * HD, device="cuda").half(), torch.randn(S, H * HD, device="cuda").half()
+pos = torch.tensor([3], dtype=torch.int32, device="cuda")
+k(q, kc, vc, pos)
+torch.cuda.synchronize()
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    out = k(q, kc, vc, pos)
+pos.fill_(int(sys.argv[4]))
+g.replay()
+try:
+    torch.cuda.synchronize()
+except RuntimeError as exc:
+    print("launch failed:", str(exc).splitlines()[0], flush=True)
+    sys.exit(7)
+print("no error", out[0, :2].tolist(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("target, bad, message", [
+    ("cuda", 64, "attention.tk:19:14: error: requirement `pos < 64` does not hold at this call"),
+    ("cuda", -1, "error: runtime scalar `pos` is negative"),
+    ("tilelang", 64, "attention.tk:19:14: error: requirement `pos < 64` does not hold at this call")])
+def test_runtime_scalar_out_of_range_stops_a_graph_replay(cache_dir, target, bad, message):
+    path = os.path.join(ROOT, "examples", "attention.tk")
+    r = subprocess.run([sys.executable, "-c", CHILD_POS, path, target, cache_dir, str(bad)],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    out = r.stdout + r.stderr
+    assert r.returncode == 7, out
+    assert message in out and f"with pos = {bad}" in out, out
