@@ -21,6 +21,7 @@ Unsupported constructs raise a located TkError. Input: IR after the default pipe
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -168,9 +169,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             terms.append(f"({idx[k]})" if stride == "1" else f"({idx[k]}) * {stride}")
             stride = times_text(stride, dims[k])
         value = f"static_cast<int>({self.name(arg)}[{' + '.join(reversed(terms))}])"
-        bound = "2147483647"
-        for room in self.index_bounds.get(tensor, []):
-            bound = self.cexpr(room) if bound == "2147483647" else f"min({bound}, {self.cexpr(room)})"
+        rooms = [self.cexpr(r) for r in self.index_bounds.get(tensor, [])] or ["2147483647"]
+        bound = functools.reduce(lambda a, r: f"min({a}, {r})", rooms)
         where = json.dumps(_loc(self.cur_op if self.cur_op is not None else self.m.func))
         return f"tk_index({value}, {bound}, {where}, {json.dumps(tensor)})"
 

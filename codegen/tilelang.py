@@ -160,7 +160,7 @@ class _Emitter:
         bound = rooms[0] if len(rooms) == 1 else f"T.min({', '.join(rooms)})"
         return f'T.call_extern("int32", "{fn}", {load}, {bound})'
 
-    def index_prelude(self) -> str:
+    def check_prelude(self) -> str:
         """The CUDA of the device checks (codegen/cuda_prelude.py CHECK_PRELUDE): one function per
         index tensor and location `checked_load` used, one per check of a runtime scalar read from
         device memory (codegen/cuda.py device_checks)."""
@@ -316,7 +316,7 @@ class _Emitter:
             text = self.lines[kernel_line]
             self.lines[kernel_line] = (text.replace("prelude=PEER_PRELUDE", "prelude=PEER_PRELUDE + CHECK_PRELUDE")
                                        if "prelude=" in text else text.replace(") as (", ", prelude=CHECK_PRELUDE) as (", 1))
-            self.lines.insert(self.prelude_at, self.index_prelude())
+            self.lines.insert(self.prelude_at, self.check_prelude())
 
     def thread_reduce(self, op: Op) -> bool:
         """Whether reduce `op` becomes `T.reduce_*` (passes/smem_tilelang.py `thread_reduce`). A

@@ -53,27 +53,39 @@ def test_in_range_ids_match_torch_and_capture_without_assume_valid(cache_dir, ta
         assert torch.equal(out, E[ids.long()])
 
 
+# The end of every child script: a failed launch shows at the synchronize (exit 7)
+SYNC = """
+try:
+    torch.cuda.synchronize()
+except RuntimeError as exc:
+    print("launch failed:", str(exc).splitlines()[0], flush=True)
+    sys.exit(7)
+print("no error", flush=True)
+"""
+
+
+def _child(script: str, *argv: str) -> str:
+    """Run `script` + SYNC in a fresh process (a trapped kernel leaves its CUDA context unusable);
+    asserts that its launch failed, returns what it printed."""
+    r = subprocess.run([sys.executable, "-c", script + SYNC, *argv], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT)
+    out = r.stdout + r.stderr
+    assert r.returncode == 7, out
+    return out
+
+
 CHILD = """
 import sys, torch, tkc
 k = tkc.compile(sys.argv[1], target=sys.argv[2], cache_dir=sys.argv[3], BN=256)
 E = torch.randn(77, 300, device="cuda")
 ids = torch.tensor([3, int(sys.argv[4]), 5], dtype=torch.int32, device="cuda")
 y = k(E, ids)
-try:
-    torch.cuda.synchronize()
-except RuntimeError as exc:
-    print("launch failed:", str(exc).splitlines()[0], flush=True)
-    sys.exit(7)
-print("no error; row 1 of Y:", y[1, :4].tolist(), flush=True)
 """
 
 
 @pytest.mark.parametrize("target, bad", [("cuda", 77), ("cuda", -1), ("tilelang", 77)])
 def test_out_of_range_id_stops_the_kernel_with_its_location(cache_dir, target, bad):
-    r = subprocess.run([sys.executable, "-c", CHILD, EMBEDDING, target, cache_dir, str(bad)],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
-    out = r.stdout + r.stderr
-    assert r.returncode == 7, out
+    out = _child(CHILD, EMBEDDING, target, cache_dir, str(bad))
     assert f"embedding.tk:9:29: error: index tensor `ids` holds {bad}, outside [0, 77) of what it indexes" in out, out
 
 
@@ -90,12 +102,6 @@ with torch.cuda.graph(g):
     out = k(q, kc, vc, pos)
 pos.fill_(int(sys.argv[4]))
 g.replay()
-try:
-    torch.cuda.synchronize()
-except RuntimeError as exc:
-    print("launch failed:", str(exc).splitlines()[0], flush=True)
-    sys.exit(7)
-print("no error", out[0, :2].tolist(), flush=True)
 """
 
 
@@ -105,8 +111,5 @@ print("no error", out[0, :2].tolist(), flush=True)
     ("tilelang", 64, "attention.tk:19:14: error: requirement `pos < 64` does not hold at this call")])
 def test_runtime_scalar_out_of_range_stops_a_graph_replay(cache_dir, target, bad, message):
     path = os.path.join(ROOT, "examples", "attention.tk")
-    r = subprocess.run([sys.executable, "-c", CHILD_POS, path, target, cache_dir, str(bad)],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
-    out = r.stdout + r.stderr
-    assert r.returncode == 7, out
+    out = _child(CHILD_POS, path, target, cache_dir, str(bad))
     assert message in out and f"with pos = {bad}" in out, out

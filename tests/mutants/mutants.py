@@ -711,8 +711,8 @@ MUTANTS: list[Mutant] = [
       tests=("tests/gpu/test_gpu_dynamic.py", "tests/gpu/test_gpu_quick.py"), select="cuda and miss_split"),
     # ---- index tensors checked in the kernel on the GPU targets -------------------------------
     M("cuda-index-check-last-bound", "codegen/cuda.py",
-      'bound = self.cexpr(room) if bound == "2147483647" else f"min({bound}, {self.cexpr(room)})"',
-      "bound = self.cexpr(room)",
+      'bound = functools.reduce(lambda a, r: f"min({a}, {r})", rooms)',
+      "bound = rooms[-1]",
       "CUDA: an index tensor read by several copies is checked against the last copy's room, not the least",
       "cpu", tests=("tests/test_index_check.py",)),
     M("cuda-index-check-signed", "codegen/cuda_prelude.py",
