@@ -93,8 +93,9 @@ class MapDsmemPass:
                         "`map-dsmem{nonportable=1}`")
         if total > PORTABLE_CLUSTER and not self.nonportable:
             raise error(launch.loc, f"a cluster of {total} blocks exceeds the portable size {PORTABLE_CLUSTER}",
-                        f"sm_90 allows up to {MAX_CLUSTER} as a non-portable size: pass "
-                        "`map-dsmem{nonportable=1}`, or use a smaller cluster")
+                        f"sm_90 allows up to {MAX_CLUSTER} as a non-portable size, which target `cuda` "
+                        "launches (`map-dsmem{nonportable=1}` in its pipeline); TileLang's launches do not: "
+                        "use target `cuda` or a smaller cluster")
         for var, n, c in zip(launch.attrs["vars"], grid, sizes):
             if n % c:
                 raise error(launch.loc, f"the grid extent {n} of `{var}` does not divide into clusters of {c}",

@@ -175,6 +175,25 @@ def test_tilelang_cpu_says_it_cannot_express_clusters(name, capsys):
     assert "--target interp" in err
 
 
+def test_sixteen_block_clusters_compile_for_cuda_only(capsys):
+    """sm_90's non-portable cluster sizes: target `cuda` compiles a 16-block cluster (its runtime
+    sets the kernel's attribute; tests/gpu/test_gpu_nonportable_cluster.py launches it), TileLang
+    rejects it at the grid statement and points at target `cuda`; 17 blocks are too many for both."""
+    from tkc import driver
+    from tkc.cache import Cache
+    from tkc.cli import main
+
+    path = os.path.join(ROOT, "examples", "attention_split.tk")
+    art = driver.compile_file(path, "cuda", {"SPLIT": 16}, Cache(os.environ["TKC_CACHE_DIR"]))
+    assert "__cluster_dims__(16, 1, 1)" in art.source
+    assert main(["compile", path, "--target", "tilelang", "-D", "SPLIT=16"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"{path}:24:5: error: a cluster of 16 blocks exceeds the portable size 8"
+    assert "target `cuda` launches" in err[-1] and "use target `cuda` or a smaller cluster" in err[-1]
+    assert main(["compile", path, "--target", "cuda", "-D", "SPLIT=17"]) == 1
+    assert "a cluster of 17 blocks is too large; sm_90 allows at most 16" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name", EXAMPLES)
 @pytest.mark.parametrize("stage", [0, 1])
 def test_tilelang_gpu_source_uses_cluster_launch(name, stage):

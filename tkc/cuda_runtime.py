@@ -21,6 +21,7 @@ import contextvars
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import shutil
 import subprocess
@@ -113,6 +114,7 @@ class CudaLaunch:
         self.dynamic = [tuple(x) for x in config.get("dynamic", [])]
         self._grid_exprs = [None if isinstance(g, int) else exprs.parse(g) for g in self.grid]
         self.block = tuple(config["block"])
+        self.cluster = tuple(config.get("cluster", (1, 1, 1)))
         self.smem = int(config["smem_bytes"])
         # a sampled gemm (codegen/cuda_sddmm.py): two kernels, tensor-core tiles (this launch's
         # kernel, when the operands have that path) and dot products, with grids from the pattern's
@@ -146,6 +148,8 @@ class CudaLaunch:
                 fn = self._modules[index].get_function(name)
                 if name == self.name and self.smem > DEFAULT_SMEM:
                     fn.max_dynamic_shared_size_bytes = self.smem
+                if name == self.name and math.prod(self.cluster) > PORTABLE_CLUSTER:
+                    _allow_nonportable_cluster(fn.kernel.ptr)
             self._functions[(index, name)] = fn
         return self._functions[(index, name)]
 
@@ -282,6 +286,20 @@ def _cu_launch_kernel_ex():
     fn.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
     fn.restype = ctypes.c_int
     return fn
+
+
+PORTABLE_CLUSTER = 8  # blocks; sm_90 runs up to 16 once the kernel allows non-portable sizes
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED (cuda.h)
+
+
+def _allow_nonportable_cluster(function: int) -> None:
+    """Let CUfunction `function` launch in clusters of 9-16 blocks (sm_90's non-portable sizes;
+    map-dsmem accepts them for target `cuda`). Raises BackendError on a driver error."""
+    set_attribute = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute
+    set_attribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    status = set_attribute(ctypes.c_void_p(function), _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+    if status:
+        raise BackendError(f"cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) failed with CUDA driver error {status}")
 
 
 def _launch_programmatic(function: int, grid, block, args, smem: int, stream: int) -> None:

@@ -67,7 +67,10 @@ def default_pipeline(target: str, sm: str = "sm_90") -> str:
     if target not in TARGETS:
         raise error(Loc("<command line>", 1, 1), f"unknown target `{target}`", f"targets: {', '.join(TARGETS)}")
     backend = "cuda" if target == "cuda" else "tilelang"
-    return (f"tile,defer-reduce,software-pipeline,map-dsmem{{target={sm}}},check-smem-fit{{target={sm},"
+    # clusters of 9-16 blocks (sm_90's non-portable sizes): the CUDA runtime sets the kernel's
+    # attribute that allows them; TileLang's launches do not
+    nonportable = ",nonportable=1" if backend == "cuda" else ""
+    return (f"tile,defer-reduce,software-pipeline,map-dsmem{{target={sm}{nonportable}}},check-smem-fit{{target={sm},"
             f"backend={backend}}},check-coverage,sparse-dispatch{{target={sm}}}")
 
 

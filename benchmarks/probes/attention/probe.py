@@ -7,7 +7,8 @@ and as CUDA-graph replays) in one run:
 * `attention`, `attention_split`: the examples through `cuda`, at their defaults and tuned forms;
 * `split_last_NS_U`: hand/split_last.cu: NS blocks per head, the head's last block merges;
 * `kv_read_B_U`: hand/kv_read.cu: only the loads of the KV rows (the ceiling at this size).
-Run on the device machine: `python3 benchmarks/probes/attention/probe.py`.
+Run on the device machine: `python3 benchmarks/probes/attention/probe.py [PREFIX ...]` (the variants
+whose names start with a PREFIX; default all).
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ def main() -> None:
     cache = tempfile.mkdtemp()
     variants = [("eager", eager_fns()["attention"])]
     for name, consts in [("attention", {}), ("attention", {"BT": 128, "threads": 512}), ("attention_split", {}),
-                         ("attention_split", {"SPLIT": 8, "threads": 128})]:
+                         ("attention_split", {"SPLIT": 8, "threads": 128}), ("attention_split", {"SPLIT": 16}),
+                         ("attention_split", {"SPLIT": 16, "threads": 128}),
+                         ("attention_split", {"SPLIT": 16, "BT": 32, "threads": 128})]:
         k = tkc.compile(os.path.join(ROOT, "examples", name + ".tk"), target="cuda", cache_dir=cache, **consts)
         variants.append((f"{name} {consts or ''}", k))
 
@@ -85,7 +88,8 @@ def main() -> None:
             reads.append((f"kv_read {blocks} blocks U={u}",
                           lambda q, kc, vc, pos, launch=launch, sink=sink: launch(kc, vc, sink, pos)))
     rows = []
-    for name, fn in variants + reads:
+    keep = sys.argv[1:]  # name prefixes to run (default: all)
+    for name, fn in [v for v in variants + reads if not keep or any(v[0].startswith(k) for k in keep)]:
         if not name.startswith("kv_read"):
             for s in sets[:2]:
                 for _ in range(2):  # twice: the per-head counters must be reset by the launch
