@@ -6,7 +6,8 @@ holds an entry, the products at the tile's entries. Two ways to do it:
 - **tensor-core tile**: stage A's BM x K rows and B's K x BN columns in shared memory and multiply
   the whole tile (mma.sync), then pick the entries out of the accumulator. Its cost does not
   depend on how many entries the tile holds: (BM + BN) * K operand elements come from L2 and
-  2 * BM * BN * K flops go through the tensor cores.
+  2 * BM * BN * K flops go through the tensor cores, and at small K a fixed cost per position
+  (the pipeline's fill, the accumulators through shared memory) is the larger.
 - **dot products**: one f32 dot product of length K per entry, reading A's row and B's column
   (a row of B transposed): 2 * K CUDA-core flops, and K elements of B from L2 (entries come row
   by row, so A's row is reused from L1).
@@ -48,6 +49,7 @@ class Rates:
     mma_flops: float  # the tile kernel's f16 mma.sync rate with f32 accumulation, flop/s
     fma_flops: float  # f32 CUDA-core fma, flop/s
     dot_bytes: float  # L2 -> register bandwidth of the dot products' rows of B, bytes/s
+    tile_floor: float  # seconds per position of a tile (BM x BN) however small K: its fixed work
     source: str
 
 
@@ -55,9 +57,15 @@ class Rates:
 # K = 256, each path forced): a tensor-core tile of codegen/cuda_sddmm.py moves its operands at about
 # 4 TB/s from L2 (32 x 32 and 64 x 64 tiles) and multiplies at about 180 TFLOP/s (128 x 128 tiles);
 # a dot-product entry costs 0.075 ns, B's row at 7 TB/s (A's row is reused: entries come by row).
-# 67 TFLOP/s f32 is NVIDIA's datasheet peak.
-RATES = {"sm_90": Rates(4.0e12, 180e12, 67e12, 7.0e12,
-                        "H100, measured by benchmarks/probes/sddmm_split.py (docs/PERFORMANCE.md)")}
+# 67 TFLOP/s f32 is NVIDIA's datasheet peak. At K = 32 (benchmarks/probes/sddmm_dot_order.py,
+# 2026-11-26, the same shape) a 128 x 128 tile took 25.7 ns where operands and mma account for
+# 5.8: its fixed work (the pipeline's fill, the accumulators through shared memory, picking the
+# entries) is about 21 ns beyond its entries' index and output bytes, 1.3 ps per position, so a
+# tile costs at least that. Without it the pass put 5% dense tiles at K = 32 on tensor cores,
+# 1.9x slower than dot products.
+RATES = {"sm_90": Rates(4.0e12, 180e12, 67e12, 7.0e12, 1.3e-12,
+                        "H100, measured by benchmarks/probes/sddmm_split.py and sddmm_dot_order.py "
+                        "(docs/PERFORMANCE.md)")}
 RATES["sm_90a"] = RATES["sm_90"]
 
 
@@ -81,7 +89,7 @@ def estimate(bm: int, bn: int, k: int, elem: int, rates: Rates) -> Estimate:
     pk = -(-k // MMA_SHAPE[2]) * MMA_SHAPE[2]
     tile_bytes = (bm + bn) * k * elem
     tile_flops = 2 * pm * pn * pk
-    t_tile = max(tile_bytes / rates.l2_bytes, tile_flops / rates.mma_flops)
+    t_tile = max(tile_bytes / rates.l2_bytes, tile_flops / rates.mma_flops, bm * bn * rates.tile_floor)
     t_dot = k * elem / rates.dot_bytes + 2 * k / rates.fma_flops  # A's row comes from L1 (entries by row)
     return Estimate(bm, bn, k, elem, t_tile, t_dot, tile_bytes, tile_flops, max(1, math.ceil(t_tile / t_dot)), rates)
 
@@ -146,7 +154,8 @@ def explain(module: Module, target: str = "sm_90") -> list[str]:
             f"({e.bm} x {e.bn} tiles, K = {e.k}):\n"
             f"  tensor-core tile: {e.t_tile * 1e9:.2f} ns per tile = max({e.tile_bytes} bytes of A and B from L2 "
             f"at {e.rates.l2_bytes / 1e12:.1f} TB/s, {e.tile_flops} flops of mma {'x'.join(map(str, MMA_SHAPE))} at "
-            f"{e.rates.mma_flops / 1e12:.0f} TFLOP/s)\n"
+            f"{e.rates.mma_flops / 1e12:.0f} TFLOP/s, fixed work of {area} positions at "
+            f"{e.rates.tile_floor * 1e12:.1f} ps)\n"
             f"  dot product:      {e.t_dot * 1e9:.3f} ns per entry ({e.k * e.elem} bytes of B from L2 at "
             f"{e.rates.dot_bytes / 1e12:.1f} TB/s, {2 * e.k} f32 flops at {e.rates.fma_flops / 1e12:.0f} TFLOP/s)\n"
             f"  choice: a tile with fewer than {used} entries ({100 * used / area:.1f}% of its {area} positions) is "

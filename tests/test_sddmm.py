@@ -450,3 +450,19 @@ def test_tilelang_rejects_what_it_does_not_lower(tmp_path, target):
         with pytest.raises(TkError) as exc:
             driver.optimize(driver.frontend(path, {"M": 300, "N": 300}), target)
         assert exc.value.render() == rendered
+
+
+@pytest.mark.parametrize("k, path", [(32, "dots"), (256, "tiles")])
+def test_dispatch_puts_a_five_percent_tile_where_the_h100_ran_it_faster(k, path):
+    """10000^2 with 5M uniform entries: 819 entries per 128 x 128 tile. On an H100
+    (benchmarks/probes/sddmm_dot_order.py, 2026-11-26) dot products took 0.085 ms against the
+    tiles' 0.161 at K = 32; tiles 0.296 against 0.377 at K = 256. The tile's fixed work per
+    position decides at small K, its mma work at large K."""
+    from passes.sparse_dispatch import RATES, estimate
+
+    e = estimate(128, 128, k, 2, RATES["sm_90"])
+    assert (819 < e.dot_below) == (path == "dots"), e
+    if path == "dots":
+        assert e.t_tile == 128 * 128 * RATES["sm_90"].tile_floor
+    # a 33% dense tile (1504^2 with 746k entries) is a tensor-core tile at every K
+    assert 5400 >= e.dot_below
