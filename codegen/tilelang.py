@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import keyword
+import math
 
 from dsl import exprs
-from dsl.diagnostics import error
+from dsl.diagnostics import TkError, error
 from dsl.ir import Module, Op, Value
 from dsl.ops import (COMPARE, compare_dtype, device_checks, dynamic_dims, index_bound_exprs, peer_tiles, scalar_refs,
                      scalars, shared_accesses)
@@ -97,6 +98,42 @@ def emit(module: Module, thread_reduce: bool = True) -> str:
 # TileLang's messages when its layout inference or reduce lowering cannot place a `T.reduce_*`
 # (tkc/runtime.py then compiles the serial form).
 REDUCE_LAYOUT_FAILURES = ("no available layout found", "is_const_power_of_two_integer")
+
+
+# TileLang's messages when its layout inference finds no thread layout for a register tile
+LAYOUT_FAILURES = REDUCE_LAYOUT_FAILURES + ("Inconsistent layouts",)
+
+
+def layout_error(module: Module, exc: BaseException) -> TkError | None:
+    """The located user error for TileLang's failure `exc` to lay out a register tile of
+    `module` over its block's threads, or None when `exc` is no layout failure or no tile is a
+    likely cause (then the failure is tkc's bug). TileLang lays out a fragment whose element
+    count is a multiple or a divisor of the thread count, and many others (rmsnorm's 768-wide
+    row over 1024 threads); the error names the first register tile that is neither, the one
+    its layout inference can fail on."""
+    if not any(m in str(exc) for m in LAYOUT_FAILURES):
+        return None
+    env = module.env
+    for launch in module.func.walk():
+        if launch.name != "tile.launch" or "tiles" in launch.attrs:
+            continue
+        try:
+            threads = exprs.evaluate(exprs.parse(launch.attrs["threads"]), env)
+        except exprs.ExprError:
+            continue
+        for a in launch.walk():
+            t = a.result.type if a.name == "tile.alloc" else None
+            if t is None or t.space not in ("frag", "local"):
+                continue
+            n = math.prod(t.concrete_shape({}))
+            if n % threads and threads % n:
+                first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+                return error(a.loc, f"TileLang cannot lay out register tile `{a.result}` {t} over {threads} threads",
+                             f"its {n} elements are neither a multiple nor a divisor of the thread count, and "
+                             f"TileLang's layout inference failed: {first[:200]}",
+                             "pick tile sizes (or a problem size) whose tile has a multiple of `threads` elements, "
+                             "or compile with `--target cuda`, which lays out tiles of any size")
+    return None
 
 
 def reduce_layout_failed(source: str, exc: BaseException) -> bool:
@@ -286,9 +323,6 @@ class _Emitter:
         for rank in op.attrs.get("ranks", []):
             self.line(2, f"{rank} = T.block_rank_in_cluster()")
         allocs = [o for o in op.walk() if o.name == "tile.alloc"]
-        if not self.cpu:
-            for a in allocs:
-                self.check_fragment(a, threads)
         for a in allocs:  # TileLang declares every buffer at the top of the kernel
             t = a.result.type
             # The C target runs one thread: every tile is local. On the GPU, `frag` and `local`
@@ -387,21 +421,6 @@ class _Emitter:
             if v.type.dtype == "bf16":
                 raise error(loc, f"target `tilelang-cpu` cannot express bf16 tile `{v}` {v.type}",
                             "use f16 or f32 on the CPU target, or compile with `--target tilelang` for the GPU")
-
-    def check_fragment(self, alloc: Op, threads: int) -> None:
-        """TileLang lays a fragment out over the block's threads: its element count must be a
-        multiple of the thread count, or divide it (small tiles are replicated)."""
-        t = alloc.result.type
-        if t.space not in ("frag", "local"):
-            return
-        n = 1
-        for d in t.concrete_shape({}):
-            n *= d
-        if n % threads and threads % n:
-            raise error(alloc.loc, f"TileLang cannot lay out register tile `{alloc.result}` {t} over {threads} threads",
-                        f"its {n} elements are neither a multiple nor a divisor of the thread count",
-                        "pick tile sizes (or a problem size) whose tile has a multiple of `threads` elements, "
-                        "or compile with `--target cuda`, which lays out tiles of any size")
 
     def region(self, ops: list[Op], depth: int) -> None:
         for op in ops:

@@ -94,6 +94,9 @@ def _tilelang_case(path: str, config: dict[str, int]) -> tuple:
     try:
         device, cuda_source = _lower(source)
     except Exception as exc:  # noqa: BLE001 (TVM's errors do not pickle: the message goes back)
+        located = tilelang_gpu.layout_error(module, exc)  # the runtime's located error for it
+        if located is not None:
+            return "skip", located.diagnostics[0].message
         if not tilelang_gpu.reduce_layout_failed(source, exc):
             return "error", str(exc).strip().splitlines()[-1]
         return "fallback", str(exc).strip().splitlines()[-1]

@@ -77,7 +77,10 @@ def build(artifact: driver.Artifact, cache: Cache):
                       "tilelang")
             func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}_serial")
             kernel = tilelang.compile(func, target="cuda", pass_configs=tilelang_gpu.PASS_CONFIGS)
-    except Exception as exc:  # TileLang rejected code we generated: a tkc bug, not a user error
+    except Exception as exc:  # TileLang rejected code we generated: a tkc bug, not a user error,
+        located = tilelang_gpu.layout_error(artifact.module, exc)  # unless it found no thread layout
+        if located is not None:  # for a register tile that does not divide over the threads
+            raise located from None
         first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise BackendError(f"TileLang failed to compile `{artifact.module.func.attrs.get('sym_name')}` "
                            f"(generated source: {artifact.source_path}): {first}") from exc

@@ -1,0 +1,59 @@
+"""Register tiles on the `tilelang` backend whose element count is neither a multiple nor a
+divisor of the block's threads. TileLang lays many of them out (rmsnorm's 768- and 288-wide rows
+over 1024 threads: the llama2.c dims, which the GPU quick tier checks against torch); where its
+layout inference fails (attention at 48-wide heads), the runtime and the `tir` target report a
+located error at the tile that cannot be laid out (codegen/tilelang.py `layout_error`), with a
+fix, instead of an internal compiler error. TileLang's lowering runs here without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from codegen import tilelang
+from tkc import driver
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ATTENTION_48 = {"H": 8, "HD": 48, "S": 64, "KVD": 384}
+
+
+def _module(path: str, **values):
+    return driver.optimize(driver.frontend(os.path.join(ROOT, path), values), "tilelang")
+
+
+@pytest.mark.parametrize("n", [768, 288])
+def test_rmsnorm_rows_that_do_not_divide_over_the_threads_lower(n):
+    pytest.importorskip("tilelang")
+    from codegen import tir
+
+    out = tir.emit(_module("examples/rmsnorm.tk", B=1, N=n))
+    assert "kernel `rmsnorm`" in out and f"{n}" in out
+
+
+def test_a_tile_tilelang_cannot_lay_out_is_a_located_error(capsys):
+    pytest.importorskip("tilelang")
+    from tkc.cli import main
+
+    path = os.path.join(ROOT, "examples", "attention.tk")
+    args = ["compile", path, "--target", "tir"] + [x for k, v in ATTENTION_48.items() for x in ("-D", f"{k}={v}")]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    assert first.startswith(f"{path}:") and "error: TileLang cannot lay out register tile" in first, err
+    assert "over 256 threads" in first and "internal compiler error" not in err
+    assert "TileLang's layout inference failed" in err and "--target cuda" in err
+
+
+def test_layout_error_needs_a_layout_failure_and_a_suspect_tile():
+    """Only TileLang's layout messages, and only with a register tile that neither divides nor is
+    a multiple of the threads, become the user error; anything else stays tkc's bug."""
+    suspect = _module("examples/attention.tk", **ATTENTION_48)
+    clean = _module("examples/rmsnorm.tk", B=1, N=4096)
+    failure = RuntimeError("InternalError: Check failed: (has_best) is false: no available layout found")
+    located = tilelang.layout_error(suspect, failure)
+    assert located is not None and "cannot lay out register tile" in located.diagnostics[0].message
+    assert located.diagnostics[0].loc.file.endswith("attention.tk")
+    assert tilelang.layout_error(suspect, RuntimeError("CUDA error: out of memory")) is None
+    assert tilelang.layout_error(clean, failure) is None
