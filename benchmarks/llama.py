@@ -68,14 +68,18 @@ def copy_rate(device: str) -> float:
     return 2 * a.numel() * 10 / (time.perf_counter() - t)
 
 
-def decode_rate(step, steps: int, device: str) -> float:
-    """Tokens/s of `steps` greedy positions from BOS, after one warm-up pass."""
+def decode_rate(model, steps: int, device: str) -> float:
+    """Tokens/s of `steps` greedy positions from BOS, after one warm-up pass: the model's
+    `next_token` (the step and its argmax in one call, as `tkc llama` decodes greedily) where it
+    has one, else its `step` and torch.argmax."""
     import torch
+
+    nxt = getattr(model, "next_token", None) or (lambda token, pos: int(torch.argmax(model.step(token, pos))))
 
     def run():
         token = 1
         for pos in range(steps):
-            token = int(torch.argmax(step(token, pos)))
+            token = nxt(token, pos)
 
     run()
     if device == "cuda":
@@ -138,7 +142,7 @@ def main(argv=None) -> int:
                     continue
                 row = {"model": label, "dtype": dtype, "variant": name, "steps": steps}
                 try:
-                    tok_s = decode_rate(make().step, steps, device)
+                    tok_s = decode_rate(make(), steps, device)
                     row.update(tok_s=tok_s, floor_fraction=tok_s / floor if floor else None, status="ok")
                 except Exception as exc:  # noqa: BLE001 (a row, not the end of the run)
                     row.update(status="error", note=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")

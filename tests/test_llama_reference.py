@@ -97,6 +97,30 @@ def test_greedy_generation_follows_the_prompt_then_the_argmax():
             assert int(torch.argmax(logits)) == gen.tokens[pos + 1]
 
 
+def test_greedy_generation_takes_next_token_and_sampling_ignores_it():
+    """`next_token` (the step and its argmax in one call, tkc.models.llama.Llama.next_token)
+    replaces the step and the sampler only when the sampler is greedy: the same tokens as the
+    step's argmax, and a temperature above 0 never calls it."""
+    config = _gen_config(2, False)
+    tok = _tokenizer()
+    model = TorchLlama(config, lf.random_weights(config, seed=3, scale=0.3))
+    want = generate(model.step, tok, Sampler(config.vocab_size, 0.0), "the", 12, config.seq_len)
+    calls = []
+
+    def next_token(token, pos):
+        calls.append((token, pos))
+        return int(torch.argmax(model.step(token, pos)))
+
+    got = generate(model.step, tok, Sampler(config.vocab_size, 0.0), "the", 12, config.seq_len, next_token=next_token)
+    assert got.tokens == want.tokens and got.text == want.text
+    assert [t for t, _ in calls] == got.tokens[:len(calls)] and [p for _, p in calls] == list(range(len(calls)))
+
+    def wrong(token, pos):
+        raise AssertionError("next_token called while sampling")
+
+    generate(model.step, tok, Sampler(config.vocab_size, 1.0, 0.9, 7), "the", 12, config.seq_len, next_token=wrong)
+
+
 def test_generation_stops_at_the_context():
     config = _gen_config(4, True)
     model = TorchLlama(config, lf.random_weights(config, seed=1))

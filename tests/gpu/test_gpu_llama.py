@@ -69,8 +69,11 @@ def test_graph_step_logits_match_the_reference(tmp_path, cache_dir, dtype, n_kv_
     ref = TorchLlama(config, weights, device="cuda", dtype=torch.float64)
     tokens = torch.randint(0, config.vocab_size, (70,), generator=torch.Generator().manual_seed(7)).tolist()
     for pos, token in enumerate(tokens):  # 70 positions: past attention's first 64-position tile
-        err = _rel(model.step(token, pos), ref.step(token, pos))
+        logits = model.step(token, pos)
+        err = _rel(logits, ref.step(token, pos))
         assert err < TOLERANCE[dtype], f"{dtype} position {pos}: relative error {err:.2e} (graph replay {pos > 0})"
+        if pos % 7 == 1:  # greedy decoding's argmax inside the graph: the same step again
+            assert model.next_token(token, pos) == int(torch.argmax(logits)), f"position {pos}"
     assert model._graph is not None
 
 

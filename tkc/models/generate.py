@@ -31,7 +31,8 @@ class Generation:
 
 
 def generate(step: Callable[[int, int], object], tokenizer: Tokenizer, sampler: Sampler, prompt: str,
-             steps: int, seq_len: int, emit: Callable[[bytes], None] | None = None) -> Generation:
+             steps: int, seq_len: int, emit: Callable[[bytes], None] | None = None,
+             next_token: Callable[[int, int], int] | None = None) -> Generation:
     """Run run.c's loop.
 
     Args:
@@ -42,6 +43,9 @@ def generate(step: Callable[[int, int], object], tokenizer: Tokenizer, sampler: 
         steps: positions to run (BOS's included); clamped to 1 .. seq_len.
         seq_len: the model's context length.
         emit: called with each new piece (bytes, after run.c's `safe_printf` filter).
+        next_token: `next_token(token, pos) -> id`, the step and its argmax in one call
+            (tkc.models.llama.Llama.next_token); used instead of `step` and the sampler when the
+            sampler is greedy (temperature 0), with the same tokens.
 
     Returns:
         a Generation.
@@ -52,9 +56,14 @@ def generate(step: Callable[[int, int], object], tokenizer: Tokenizer, sampler: 
     tokens = [token]
     pieces: list[bytes] = []
     start = None
+    greedy = next_token is not None and sampler.temperature == 0.0
     while pos < steps:
-        logits = step(token, pos)
-        nxt = prompt_tokens[pos + 1] if pos < len(prompt_tokens) - 1 else sampler(logits)
+        if greedy:
+            best = next_token(token, pos)
+            nxt = prompt_tokens[pos + 1] if pos < len(prompt_tokens) - 1 else best
+        else:
+            logits = step(token, pos)
+            nxt = prompt_tokens[pos + 1] if pos < len(prompt_tokens) - 1 else sampler(logits)
         pos += 1
         if nxt == BOS:
             break
