@@ -25,8 +25,8 @@ from dsl.ops import (COMPARE, compare_dtype, device_checks, dynamic_dims, index_
 from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
 from codegen.cuda_prelude import CHECK_PRELUDE
-from passes.smem_tilelang import (MMA_MIN, async_copy_ok, gemm_instruction, mma_fits,  # noqa: F401 (tilelang_sddmm)
-                                  row_extent, thread_reduce)
+from passes.smem_tilelang import (MMA_MIN, STAGED_LANES, async_copy_ok, gemm_instruction,  # noqa: F401
+                                  mma_fits, row_extent, staged_reduce, thread_reduce)
 
 TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64": "T.float64",
              "i8": "T.int8", "i32": "T.int32", "bool": "T.bool"}
@@ -331,11 +331,16 @@ class _Emitter:
             self.line(2, f"{self.name(a.result)} = T.alloc_{kind}(({', '.join(self.dims(a.result))},), "
                       f"{TL_DTYPES[t.dtype]})")
         for r in op.walk():
-            if r.name == "tile.reduce" and self.thread_reduce(r):
+            if r.name == "tile.reduce" and (self.thread_reduce(r) or self.staged_reduce(r)):
                 src, dst = r.operands
                 tmp = self.reduce_tmp[id(r)] = self.indices_named(f"{self.name(dst)}_red")
                 keep = [s for i, s in enumerate(self.dims(src)) if i != r.attrs["axis"]]
                 self.line(2, f"{tmp} = T.alloc_fragment(({', '.join(keep)},), {TL_DTYPES[dst.type.dtype]})")
+                if self.staged_reduce(r):  # the rows in shared memory, then one partial per lane
+                    rows, width = self.dims(src)
+                    self.line(2, f"{tmp}_sh = T.alloc_shared(({rows}, {width}), {TL_DTYPES[src.type.dtype]})")
+                    self.line(2, f"{tmp}_part = T.alloc_fragment(({rows}, {STAGED_LANES}), "
+                              f"{TL_DTYPES[dst.type.dtype]})")
         self.remote = peer_tiles(op)
         self.top_ops = list(op.body.ops)
         self.top_index = {id(top): i for i, top in enumerate(self.top_ops)}
@@ -351,6 +356,12 @@ class _Emitter:
             self.lines[kernel_line] = (text.replace("prelude=PEER_PRELUDE", "prelude=PEER_PRELUDE + CHECK_PRELUDE")
                                        if "prelude=" in text else text.replace(") as (", ", prelude=CHECK_PRELUDE) as (", 1))
             self.lines.insert(self.prelude_at, self.check_prelude())
+
+    def staged_reduce(self, op: Op) -> bool:
+        """Whether reduce `op` goes through shared memory and lanes (passes/smem_tilelang.py
+        `staged_reduce`): a row too wide for one thread and not a power of two for T.reduce_*."""
+        return (not self.cpu and self.use_thread_reduce and not self.thread_reduce(op)
+                and staged_reduce(op, self.threads))
 
     def thread_reduce(self, op: Op) -> bool:
         """Whether reduce `op` becomes `T.reduce_*` (passes/smem_tilelang.py `thread_reduce`). A
@@ -646,7 +657,24 @@ class _Emitter:
             # TileLang's reduce into a fragment without the axis (its lowering takes no keepdim
             # shape), then copied into the tile (added to it for `accumulate`).
             tmp = self.reduce_tmp[id(op)]
-            self.line(depth, f"T.reduce_{fn}({self.name(src)}, {tmp}, dim={axis})")
+            if self.staged_reduce(op):  # lane l of row i combines elements l, l + 32, ... of it
+                rows, width = self.dims(src)
+                i, lane, j = self.indices(3)
+                init = {"sum": f"T.Cast({TL_DTYPES[dst.type.dtype]}, 0)", "max": "-T.infinity({})",
+                        "min": "T.infinity({})"}[fn].format(TL_DTYPES[dst.type.dtype])
+                elem = self.cast(f"{tmp}_sh[{i}, {lane} + {j} * {STAGED_LANES}]", src.type.dtype, dst.type.dtype)
+                part = f"{tmp}_part[{i}, {lane}]"
+                combine = {"sum": f"{part} + {elem}", "max": f"T.max({part}, {elem})",
+                           "min": f"T.min({part}, {elem})"}[fn]
+                self.line(depth, f"T.copy({self.name(src)}, {tmp}_sh)")
+                self.line(depth, f"for {i}, {lane} in T.Parallel({rows}, {STAGED_LANES}):")
+                self.line(depth + 1, f"{part} = {init}")
+                self.line(depth + 1, f"for {j} in T.serial({-(-int(width) // STAGED_LANES)}):")
+                self.line(depth + 2, f"if {lane} + {j} * {STAGED_LANES} < {width}:")
+                self.line(depth + 3, f"{part} = {combine}")
+                self.line(depth, f"T.reduce_{fn}({tmp}_part, {tmp}, dim=1)")
+            else:
+                self.line(depth, f"T.reduce_{fn}({self.name(src)}, {tmp}, dim={axis})")
             keep = [s for i, s in enumerate(self.dims(dst)) if i != axis]
             idx, d = self.loop_nest(keep, depth)
             full = list(idx)

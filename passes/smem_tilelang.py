@@ -119,6 +119,35 @@ def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
+STAGED_LANES = 32  # lanes per row of a staged reduction: one warp's XOR shuffles
+
+
+def staged_reduce(op: Op, threads: int) -> bool:
+    """Whether codegen/tilelang.py lowers reduce `op` in stages: the source row, whose width is
+    not a power of two, goes to a shared tile ([R, E]); STAGED_LANES lanes per row each combine
+    the elements l, l + 32, l + 64, ... of it into a [R, 32] register tile, which `T.reduce_*`
+    combines over the lanes. For the rows `thread_reduce` cannot take (rmsnorm at N = 768: a
+    serial loop per row made the kernel 40x slower than torch on an H100). A 2-d register tile of
+    one float dtype reduced along its last axis, at least 32 wide, with power-of-two rows and
+    threads."""
+    src, dst = op.operands
+    if (len(src.type.shape) != 2 or op.attrs.get("axis") != 1 or src.type.dtype != dst.type.dtype
+            or dst.type.dtype not in ("f16", "bf16", "f32", "f64")
+            or src.type.space not in ("frag", "local") or dst.type.space not in ("frag", "local")):
+        return False
+    try:
+        rows, width = src.type.concrete_shape({})
+    except exprs.ExprError:
+        return False
+    return _pow2(threads) and _pow2(rows) and width >= STAGED_LANES and not _pow2(width)
+
+
+def staged_bytes(op: Op) -> int:
+    """The shared bytes of staged reduce `op`'s [R, E] copy of its source."""
+    rows, width = op.operands[0].type.concrete_shape({})
+    return rows * width * DTYPES[op.operands[0].type.dtype][0]
+
+
 def reduce_threads(op: Op, threads: int, inherited: bool = False) -> set[int]:
     """The threads that hold elements of the first output element of thread reduce `op`, under
     TileLang's partition of the source tile: row-major vectors of up to 16 bytes along the last
@@ -203,6 +232,8 @@ def plan(launch: Op, env: dict[str, int]) -> TlPlan:
             nbytes = reduce_workspace(op, threads, id(op.operands[0]) in inherited)
             if nbytes:
                 work[id(op)] = (op, nbytes)
+        elif op.name == "tile.reduce" and staged_reduce(op, threads):  # its shared copy of the rows
+            work[id(op)] = (op, staged_bytes(op))
     if not allocs and not work:
         return TlPlan([], 0)
     ids = {id(a.result): a for a in allocs}

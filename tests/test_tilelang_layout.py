@@ -1,7 +1,8 @@
 """Register tiles on the `tilelang` backend whose element count is neither a multiple nor a
 divisor of the block's threads. TileLang lays many of them out (rmsnorm's 768- and 288-wide rows
-over 1024 threads: the llama2.c dims, which the GPU quick tier checks against torch); where its
-layout inference fails (attention at 48-wide heads), the runtime and the `tir` target report a
+over 1024 threads: the llama2.c dims, which the GPU quick tier checks against torch; and
+attention at 48-wide heads, whose rows are reduced in stages); where its
+layout inference fails (a [16, 33] tile over 128 threads), the runtime and the `tir` target report a
 located error at the tile that cannot be laid out (codegen/tilelang.py `layout_error`), with a
 fix, instead of an internal compiler error. TileLang's lowering runs here without a GPU.
 """
@@ -16,7 +17,7 @@ from codegen import tilelang
 from tkc import driver
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ATTENTION_48 = {"H": 8, "HD": 48, "S": 64, "KVD": 384}
+ASYNC_33 = {"M": 33, "N": 33, "BM": 16}  # a [16, 33] f16 tile over 128 threads: no layout
 
 
 def _module(path: str, **values):
@@ -36,24 +37,35 @@ def test_a_tile_tilelang_cannot_lay_out_is_a_located_error(capsys):
     pytest.importorskip("tilelang")
     from tkc.cli import main
 
-    path = os.path.join(ROOT, "examples", "attention.tk")
-    args = ["compile", path, "--target", "tir"] + [x for k, v in ATTENTION_48.items() for x in ("-D", f"{k}={v}")]
+    path = os.path.join(ROOT, "tests", "programs", "async_copy.tk")
+    args = ["compile", path, "--target", "tir"] + [x for k, v in ASYNC_33.items() for x in ("-D", f"{k}={v}")]
     assert main(args) == 1
     err = capsys.readouterr().err
     first = err.splitlines()[0]
     assert first.startswith(f"{path}:") and "error: TileLang cannot lay out register tile" in first, err
-    assert "over 256 threads" in first and "internal compiler error" not in err
+    assert "frag<f16[16, 33]> over 128 threads" in first and "internal compiler error" not in err
     assert "TileLang's layout inference failed" in err and "--target cuda" in err
 
 
 def test_layout_error_needs_a_layout_failure_and_a_suspect_tile():
     """Only TileLang's layout messages, and only with a register tile that neither divides nor is
     a multiple of the threads, become the user error; anything else stays tkc's bug."""
-    suspect = _module("examples/attention.tk", **ATTENTION_48)
+    suspect = _module("tests/programs/async_copy.tk", **ASYNC_33)
     clean = _module("examples/rmsnorm.tk", B=1, N=4096)
     failure = RuntimeError("InternalError: Check failed: (has_best) is false: no available layout found")
     located = tilelang.layout_error(suspect, failure)
     assert located is not None and "cannot lay out register tile" in located.diagnostics[0].message
-    assert located.diagnostics[0].loc.file.endswith("attention.tk")
+    assert located.diagnostics[0].loc.file.endswith("async_copy.tk")
     assert tilelang.layout_error(suspect, RuntimeError("CUDA error: out of memory")) is None
     assert tilelang.layout_error(clean, failure) is None
+
+
+def test_attention_at_48_wide_heads_lowers():
+    """Its [BT, 48] scores row sums are reduced in stages (passes/smem_tilelang.py
+    `staged_reduce`); T.reduce_* over the 48-wide rows found no layout."""
+    pytest.importorskip("tilelang")
+    from codegen import tir
+
+    module = _module("examples/attention.tk", H=8, HD=48, S=64, KVD=384)
+    assert "_red_part = T.alloc_fragment(" in tilelang.emit(module)
+    assert "kernel `attention`" in tir.emit(module)

@@ -35,14 +35,18 @@ def test_rmsnorm_rows_reduce_over_the_threads():
     assert "T.reduce_" not in serial and "for j in T.serial(4096):" in serial
 
 
-@pytest.mark.parametrize("values, why", [
-    ({"N": 40}, "a last axis of 40 columns"),
-    ({"N": 96}, "a last axis of 96 columns"),
-])
-def test_extents_tilelang_cannot_shuffle_stay_serial(values, why):
-    src = tilelang.emit(_module("tests/programs/reduce.tk", **values))
-    assert "T.reduce_" not in src, why
-    assert "T.reduce_max" in tilelang.emit(_module("tests/programs/reduce.tk", N=32))
+@pytest.mark.parametrize("n", [40, 96])
+def test_rows_tilelang_cannot_shuffle_are_reduced_in_stages(n):
+    """A last axis of 40 or 96 (TileLang's XOR shuffles need powers of two): the rows go to a
+    shared tile, 32 lanes per row each combine every 32nd element of it, and T.reduce_* combines
+    the lanes; no thread loops over a whole row. A power-of-two axis reduces directly."""
+    src = tilelang.emit(_module("tests/programs/reduce.tk", N=n))
+    assert f"T.alloc_shared((16, {n}), T.float32)" in src and "t0_red_part = T.alloc_fragment((16, 32)" in src
+    assert "T.copy(x, t0_red_sh)" in src and f"if j + k * 32 < {n}:" in src
+    assert "T.reduce_max(t0_red_part, t0_red, dim=1)" in src and f"T.serial({n})" not in src
+    assert "T.reduce_max(x, t0_red, dim=1)" in tilelang.emit(_module("tests/programs/reduce.tk", N=32))
+    serial = tilelang.emit(_module("tests/programs/reduce.tk", N=n), thread_reduce=False)
+    assert "T.reduce_" not in serial and f"T.serial({n})" in serial
 
 
 def test_tir_falls_back_to_the_serial_form(monkeypatch):
