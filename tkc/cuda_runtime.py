@@ -279,10 +279,16 @@ def _pdl_supported(index: int) -> bool:
 
 
 @functools.lru_cache(maxsize=1)
+def _libcuda() -> ctypes.CDLL:
+    """The CUDA driver library, for the calls CuPy does not expose."""
+    return ctypes.CDLL("libcuda.so.1")
+
+
+@functools.lru_cache(maxsize=1)
 def _cu_launch_kernel_ex():
     """The driver's cuLaunchKernelEx (CUDA 12.0 and later), through ctypes: CuPy launches without
     launch attributes."""
-    fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
+    fn = _libcuda().cuLaunchKernelEx
     fn.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
     fn.restype = ctypes.c_int
     return fn
@@ -295,7 +301,7 @@ _NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTE
 def _allow_nonportable_cluster(function: int) -> None:
     """Let CUfunction `function` launch in clusters of 9-16 blocks (sm_90's non-portable sizes;
     map-dsmem accepts them for target `cuda`). Raises BackendError on a driver error."""
-    set_attribute = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute
+    set_attribute = _libcuda().cuFuncSetAttribute
     set_attribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     status = set_attribute(ctypes.c_void_p(function), _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
     if status:

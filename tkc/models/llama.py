@@ -193,11 +193,6 @@ class Llama:
 
     @torch.no_grad()
     def step(self, token: int, pos: int) -> torch.Tensor:
-        c = self.c
-        if not 0 <= pos < c.seq_len:
-            raise ValueError(f"position {pos} outside the model's context of {c.seq_len}")
-        if not 0 <= token < c.vocab_size:
-            raise ValueError(f"token {token} outside the vocabulary of {c.vocab_size}")
         self._set_inputs(token, pos)
         if not self.graph:
             return self.forward(pos)
@@ -214,11 +209,6 @@ class Llama:
         `int(torch.argmax(step(token, pos)))`."""
         if not self.graph or self._graph is None:
             return int(torch.argmax(self.step(token, pos)))
-        c = self.c
-        if not 0 <= pos < c.seq_len:
-            raise ValueError(f"position {pos} outside the model's context of {c.seq_len}")
-        if not 0 <= token < c.vocab_size:
-            raise ValueError(f"token {token} outside the vocabulary of {c.vocab_size}")
         self._set_inputs(token, pos)
         self._graph.replay()
         self._next_host.copy_(self._next, non_blocking=True)
@@ -226,7 +216,13 @@ class Llama:
         return int(self._next_host[0])
 
     def _set_inputs(self, token: int, pos: int) -> None:
-        """Put the token id and the position where the kernels read them."""
+        """Put the token id and the position where the kernels read them; ValueError for a
+        position outside the context or a token outside the vocabulary."""
+        c = self.c
+        if not 0 <= pos < c.seq_len:
+            raise ValueError(f"position {pos} outside the model's context of {c.seq_len}")
+        if not 0 <= token < c.vocab_size:
+            raise ValueError(f"token {token} outside the vocabulary of {c.vocab_size}")
         if self._copied is None:  # CPU targets
             self._ids.fill_(token)
             self._pos.fill_(pos)
