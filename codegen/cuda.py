@@ -16,7 +16,7 @@ next touched by others. Pipelined loops issue their global -> shared loads `stag
 iterations ahead through cp.async into `stages` copies of each staging tile.
 
 Unsupported constructs raise a located TkError. Input: IR after the default pipeline
-(`tile,defer-reduce,software-pipeline,map-dsmem,...`).
+(`tile,defer-reduce,fold-copies{backend=cuda},software-pipeline,map-dsmem,...`).
 """
 
 from __future__ import annotations

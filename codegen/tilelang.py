@@ -42,6 +42,7 @@ PEER_PRELUDE = '''PEER_PRELUDE = r"""
 __device__ __forceinline__ void* tkc_peer_ptr(void* p, int rank) {
   return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned)rank);
 }
+__device__ __forceinline__ int tkc_peer_live(void* p) { return 0; }
 """
 '''
 _IDX = "ijkl"
@@ -159,6 +160,7 @@ class _Emitter:
         self.top_index: dict[int, int] = {}  # id(top-level op) -> its position in top_ops
         self.last_read: dict[int, int] = {}  # id(tile) -> position of the last top-level op reading it
         self.reduce_tmp: dict[int, str] = {}  # id(tile.reduce op) -> its T.reduce_* fragment (thread_reduce)
+        self.views: dict[int, Op] = {}  # id(register tile) -> the reshape its readers index through (find_views)
         self.sddmm_names: dict[str, str] = {}  # a `tiles` grid's launch data -> its Python names (tilelang_sddmm)
         self.index_rooms = index_bound_exprs(module.func)  # index tensor -> bounds its values are checked against
         self.index_fns: dict[tuple[str, str], str] = {}  # (index tensor, .tk location) -> its checking function
@@ -323,7 +325,9 @@ class _Emitter:
         for rank in op.attrs.get("ranks", []):
             self.line(2, f"{rank} = T.block_rank_in_cluster()")
         allocs = [o for o in op.walk() if o.name == "tile.alloc"]
+        alloc_lines = {}
         for a in allocs:  # TileLang declares every buffer at the top of the kernel
+            alloc_lines[id(a.result)] = len(self.lines)
             t = a.result.type
             # The C target runs one thread: every tile is local. On the GPU, `frag` and `local`
             # tiles are both register tiles that TileLang lays out over the block's threads.
@@ -341,6 +345,9 @@ class _Emitter:
                     self.line(2, f"{tmp}_sh = T.alloc_shared(({rows}, {width}), {TL_DTYPES[src.type.dtype]})")
                     self.line(2, f"{tmp}_part = T.alloc_fragment(({rows}, {STAGED_LANES}), "
                               f"{TL_DTYPES[dst.type.dtype]})")
+        self.find_views(op)
+        for at in sorted((alloc_lines[v] for v in self.views), reverse=True):  # a view has no buffer
+            del self.lines[at]
         self.remote = peer_tiles(op)
         self.top_ops = list(op.body.ops)
         self.top_index = {id(top): i for i, top in enumerate(self.top_ops)}
@@ -351,11 +358,78 @@ class _Emitter:
                     self.last_read[id(v)] = i
         self.region(op.body.ops, 2)
         self.wait_copies(2, "before the block exits")
+        self.keep_peer_tiles(op)
         if self.index_fns or self.require_fns:  # device-side checks: their functions join the kernel's prelude
             text = self.lines[kernel_line]
             self.lines[kernel_line] = (text.replace("prelude=PEER_PRELUDE", "prelude=PEER_PRELUDE + CHECK_PRELUDE")
                                        if "prelude=" in text else text.replace(") as (", ", prelude=CHECK_PRELUDE) as (", 1))
             self.lines.insert(self.prelude_at, self.check_prelude())
+
+    def find_views(self, launch: Op) -> None:
+        """Reshapes emitted as index maps in their readers instead of loops (`views`): a reshape
+        into a register tile that elementwise ops and serial reductions read (they index every
+        element through `at`), later in the same region, with no op in between writing its
+        source. MiSS's shard sum then reads the staged shared tile of A directly and adds its
+        [BM, 1, R] sum into S as it is (passes/fold_copies.py folds the copies around them),
+        where each trip went through shared memory three times."""
+        readers: dict[int, list[Op]] = {}
+        for o in launch.walk():
+            for v in o.operands:
+                readers.setdefault(id(v), []).append(o)
+        for holder in launch.walk():
+            for region in holder.regions:
+                ops = region.ops
+                for k, r in enumerate(ops):
+                    if r.name != "tile.reshape" or r.operands[1].type.space == "shared":
+                        continue
+                    src, dst = r.operands
+                    users = [o for o in readers.get(id(dst), []) if o is not r]
+                    at = {id(o): j for j, o in enumerate(ops)}
+                    if not users or any(id(o) not in at or at[id(o)] <= k or not self.reads_by_index(o, dst)
+                                        for o in users):
+                        continue
+                    last = max(at[id(o)] for o in users)
+                    if any(self.writes(inner, src) for o in ops[k + 1:last + 1] for inner in o.walk()):
+                        continue
+                    self.views[id(dst)] = r
+
+    def reads_by_index(self, op: Op, v: Value) -> bool:
+        """Whether `op` reads `v` only element by element through `at` (and does not write it)."""
+        if op.operands[-1] is v:
+            return False
+        if op.name == "tile.elementwise":
+            return True
+        return op.name == "tile.reduce" and id(op) not in self.reduce_tmp
+
+    @staticmethod
+    def writes(op: Op, v: Value) -> bool:
+        """Whether `op` writes the block's own instance of tile `v` (every writing op writes its
+        last operand; a peer store writes the peer's)."""
+        return (bool(op.operands) and op.operands[-1] is v
+                and op.name not in ("tile.peer_store", "tile.launch", "tile.for", "tile.alloc"))
+
+    def view_ref(self, dst: Value, parts: list[str]) -> str:
+        """The element `parts` of the view `dst` as an element of its reshape's source."""
+        src = self.views[id(dst)].operands[0]
+        sshape, dshape = src.type.concrete_shape({}), dst.type.concrete_shape({})
+        if [n for n in sshape if n != 1] == [n for n in dshape if n != 1]:  # unit dims only
+            inner = iter([p for p, n in zip(parts, dshape) if n != 1])
+            idx = ["0" if n == 1 else next(inner) for n in sshape]
+        else:
+            flat, stride = [], 1
+            for k in range(len(dshape) - 1, -1, -1):
+                if dshape[k] != 1:
+                    flat.append(parts[k] if stride == 1 else f"{parts[k]} * {stride}")
+                stride *= dshape[k]
+            lin = " + ".join(reversed(flat)) or "0"
+            idx, stride = [], 1
+            for k in range(len(sshape) - 1, -1, -1):
+                term = f"({lin})" if stride == 1 else f"({lin}) // {stride}"
+                idx.append(f"{term} % {sshape[k]}" if k else term)
+                stride *= sshape[k]
+            idx.reverse()
+        value = f"{self.name(src)}[{', '.join(idx)}]"
+        return self.cast(value, src.type.dtype, dst.type.dtype)
 
     def staged_reduce(self, op: Op) -> bool:
         """Whether reduce `op` goes through shared memory and lanes (passes/smem_tilelang.py
@@ -384,6 +458,20 @@ class _Emitter:
             return dims
         self.lines.insert(self.prelude_at, PEER_PRELUDE)
         return dims + ", prelude=PEER_PRELUDE"
+
+    def keep_peer_tiles(self, launch: Op) -> None:
+        """Mention every shared tile the cluster's peers read or write once more, after the
+        kernel's last cluster barrier. TileLang merges shared buffers by liveness, and a tile's
+        life ends at the block's own last use of it: without this, a later buffer (the f16 copy
+        of a pulled sum, a pipelined load) took the bytes the peers were still reading
+        (benchmarks/probes/miss_cluster on an H100: wrong results at CS = 4). The cuda backend
+        keeps them the same way (passes/cuda_placement.py `_lifetimes`); passes/smem_tilelang.py
+        plans them to the end of the kernel."""
+        allocs = [a for a in launch.walk() if a.name == "tile.alloc" and id(a.result) in self.remote]
+        for a in allocs:
+            zero = ", ".join("0" for _ in a.result.type.shape)
+            self.line(2, f"T.evaluate(T.call_extern(\"int32\", \"tkc_peer_live\", "
+                      f"T.access_ptr({self.name(a.result)}[{zero}], \"r\")))")
 
     def op_cluster_barrier(self, op: Op, depth: int) -> None:
         if op.attrs.get("relaxed"):  # every block has started; orders no memory
@@ -517,6 +605,8 @@ class _Emitter:
         if broadcast:  # numpy broadcasting: a lower-rank tile is indexed by the trailing indices
             idx = idx[len(idx) - len(shape):]
         parts = ["0" if broadcast and n == 1 else i for i, n in zip(idx, shape)]
+        if id(v) in self.views:
+            return self.view_ref(v, parts)
         return f"{self.name(v)}[{', '.join(parts)}]"
 
     def cast(self, text: str, src: str, dst: str) -> str:
@@ -613,8 +703,12 @@ class _Emitter:
         self.line(d, f"{gref} = {value}")
 
     def op_reshape(self, op: Op, depth: int) -> None:
-        """dst[idx] = src[unravel(ravel(idx))]: src is shared, so any thread may read any element."""
+        """dst[idx] = src[unravel(ravel(idx))]: src is shared, so any thread may read any element (or a
+        register tile when the reshape only inserts or removes dims of size 1: each element stays
+        where it is)."""
         src, dst = op.operands
+        if id(dst) in self.views:  # its readers index `src` (find_views)
+            return
         sshape, dshape = src.type.concrete_shape({}), dst.type.concrete_shape({})
         idx, d = self.loop_nest(self.dims(dst), depth)
         flat, stride = [], 1
@@ -694,7 +788,7 @@ class _Emitter:
         red = self.indices(len(idx) + 1)[-1] if keep else self.indices(1)[0]
         src_idx = list(idx)
         src_idx.insert(axis, red)
-        elem = self.cast(f"{self.name(src)}[{', '.join(src_idx)}]", src.type.dtype, dst.type.dtype)
+        elem = self.cast(self.at(src, src_idx), src.type.dtype, dst.type.dtype)
         if not op.attrs.get("accumulate"):  # accumulate (sum only, ReduceOp.verify) adds onto dst as it is
             init = {"sum": "0", "max": "-T.infinity({})", "min": "T.infinity({})"}[fn].format(TL_DTYPES[dst.type.dtype])
             self.line(d, f"{target} = {init if fn != 'sum' else f'T.Cast({TL_DTYPES[dst.type.dtype]}, 0)'}")

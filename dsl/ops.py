@@ -209,7 +209,9 @@ class CopyOp(Op):
 class ReshapeOp(Op):
     """dst = src's elements in row-major order, laid out in dst's shape (same element count),
     converted to dst's dtype (numpy's `reshape`). src is a shared tile: a thread reads elements
-    other threads wrote. Example: `tile.reshape(%s, %r) loc(...)`
+    other threads wrote; or, for a reshape that only inserts or removes dims of size 1 (the same
+    elements in the same order), a register tile (passes/fold_copies.py). Example:
+    `tile.reshape(%s, %r) loc(...)`
     """
 
     name = "tile.reshape"
@@ -219,12 +221,16 @@ class ReshapeOp(Op):
             fail("`tile.reshape` takes a source and a destination")
             return
         src, dst = self.operands
-        if src.type.space != "shared" or dst.type.space == "global":
+        if src.type.space == "global" or dst.type.space == "global":
             fail("`tile.reshape` reads a shared tile into a tile")
             return
         a, b = _shape(src, env), _shape(dst, env)
         if a is not None and b is not None and math.prod(a) != math.prod(b):
             fail(f"`tile.reshape` of {list(a)} into {list(b)}: the element counts differ")
+        elif src.type.space != "shared" and (a is None or b is None
+                                             or [n for n in a if n != 1] != [n for n in b if n != 1]):
+            fail("`tile.reshape` of a register tile may only insert or remove dims of size 1 "
+                 "(any other reshape reads a shared tile)")
 
 
 class ElementwiseOp(Op):

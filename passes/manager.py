@@ -18,12 +18,13 @@ from dsl.verifier import verify
 from passes.check_coverage import CheckCoveragePass
 from passes.check_smem_fit import CheckSmemFitPass
 from passes.defer_reduce import DeferReducePass
+from passes.fold_copies import FoldCopiesPass
 from passes.map_dsmem import MapDsmemPass
 from passes.software_pipeline import SoftwarePipelinePass
 from passes.sparse_dispatch import SparseDispatchPass
 from passes.tile import TilePass
 
-PASSES = {cls.name: cls for cls in (TilePass, DeferReducePass, SoftwarePipelinePass, MapDsmemPass, CheckSmemFitPass,
+PASSES = {cls.name: cls for cls in (TilePass, DeferReducePass, FoldCopiesPass, SoftwarePipelinePass, MapDsmemPass, CheckSmemFitPass,
                                     CheckCoveragePass, SparseDispatchPass)}
 _ITEM = re.compile(r"\s*([a-z][a-z0-9-]*)\s*(\{([^{}]*)\})?\s*(,|$)")
 

@@ -81,9 +81,11 @@ class MapDsmemPass:
                         "compile for sm_90 (H100/H200), or remove the `cluster` from the grid")
         try:
             sizes = [exprs.evaluate(exprs.parse(c), env) for c in launch.attrs["cluster"]]
-            grid = [exprs.evaluate(exprs.parse(g), env) for g in launch.attrs["grid"]]
         except exprs.ExprError as exc:
-            raise error(launch.loc, f"cluster and grid extents must be known: {exc}") from None
+            raise error(launch.loc, f"cluster extents must be known at compile time: {exc}",
+                        "cluster extents are expressions over static dims and constants") from None
+        # A grid extent over a dynamic dim (`dynamic M`) is known at launch only: it is a range.
+        grid = [exprs.substitute(exprs.parse(g), env) for g in launch.attrs["grid"]]
         total = math.prod(sizes)
         if any(s <= 0 for s in sizes):
             raise error(launch.loc, f"cluster extents must be positive, got {sizes}")
@@ -97,12 +99,17 @@ class MapDsmemPass:
                         "launches (`map-dsmem{nonportable=1}` in its pipeline); TileLang's launches do not: "
                         "use target `cuda` or a smaller cluster")
         for var, n, c in zip(launch.attrs["vars"], grid, sizes):
-            if n % c:
-                raise error(launch.loc, f"the grid extent {n} of `{var}` does not divide into clusters of {c}",
+            if not _multiple_of(n, c):
+                shown = exprs.to_str(n)
+                if exprs.names(n):  # a dynamic dim: divisible for every value, or not known to be
+                    raise error(launch.loc, f"the grid extent {shown} of `{var}` is not a multiple of the cluster "
+                                f"extent {c} for every value of its dynamic dims",
+                                f"write it as a product with a multiple of {c}, e.g. `cdiv(M, BM) * {c}`")
+                raise error(launch.loc, f"the grid extent {shown} of `{var}` does not divide into clusters of {c}",
                             f"make it a multiple of {c} (e.g. a `requires` on the dims)")
         ranges = dict(scalar_bounds)  # runtime scalars: [0, their `requires` bound]
         ranges.update({r: (0, c - 1) for r, c in zip(launch.attrs["ranks"], sizes)})
-        ranges.update({v: (0, n - 1) for v, n in zip(launch.attrs["vars"], grid)})
+        ranges.update({v: (0, exprs.bounds(n, scalar_bounds)[1] - 1) for v, n in zip(launch.attrs["vars"], grid)})
         for op in launch.walk():
             if op.name == "tile.for":
                 lo = exprs.bounds(exprs.substitute(exprs.parse(op.attrs["lo"]), env), ranges)[0]
@@ -115,6 +122,19 @@ class MapDsmemPass:
                 if lo < 0 or hi >= c:
                     raise error(op.loc, f"peer rank `{text}` can be {lo if lo < 0 else hi}, outside the cluster "
                                 f"(ranks 0 to {c - 1})", "wrap it, e.g. `(r + 1) % 2`")
+
+
+def _multiple_of(e: exprs.Expr, c: int) -> bool:
+    """Whether `e` (dims and constants substituted; dynamic dims left as names) is a multiple of
+    `c` for every value of its names: a number that is, a product with such a factor, or a sum
+    or difference of such terms."""
+    if isinstance(e, exprs.Num):
+        return e.value % c == 0
+    if isinstance(e, exprs.Bin) and e.op == "*":
+        return _multiple_of(e.a, c) or _multiple_of(e.b, c)
+    if isinstance(e, exprs.Bin) and e.op in ("+", "-"):
+        return _multiple_of(e.a, c) and _multiple_of(e.b, c)
+    return c == 1
 
 
 class _State:

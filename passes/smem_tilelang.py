@@ -11,7 +11,9 @@ launch. This module computes that size from the final tile IR, step by step as T
    (`async_copy_ok`).
 2. **lifetimes**: TileLang's liveness runs over the kernel body's statements; a tile used inside
    a loop is live through that whole top-level statement. So a tile lives from the first to the
-   last top-level op that touches it, as the half-open interval [first, last + 1); the body of a
+   last top-level op that touches it, as the half-open interval [first, last + 1) (a tile the
+   cluster's peers access lives to the kernel's end: the backend mentions it after the last
+   cluster barrier, so that no later buffer takes the bytes the peers use); the body of a
    loop of one trip counts as top-level ops (TileLang inlines it; a pipelined one issues its
    global -> shared copies first). A tile nothing touches gets no bytes.
 3. **alignment**: 16 bytes, and 1024 for the shared operands of a gemm TileLang lowers to
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 
 from dsl import exprs
 from dsl.ir import Op, Value
+from dsl.ops import peer_tiles
 from dsl.types import DTYPES
 
 ALIGN = 16  # bytes: TileLang's default alignment of merged shared buffers
@@ -240,6 +243,7 @@ def plan(launch: Op, env: dict[str, int]) -> TlPlan:
     spans: dict[int, list[int]] = {}
     versions: dict[int, int] = {}
     align: dict[int, int] = {}
+    pos = -1
     for pos, top in enumerate(_statements(launch.body.ops, env)):
         for op in top.walk():
             if op.name == "tile.for" and op.attrs.get("kind") == "pipelined" and not async_copy_ok(op):
@@ -253,6 +257,12 @@ def plan(launch: Op, env: dict[str, int]) -> TlPlan:
                     span[1] = pos + 1
             if id(op) in work:  # live through the top-level statement that holds the reduction
                 spans[id(op)] = [pos, pos + 1]
+    # A tile the cluster's peers access through DSMEM lives to the end of the kernel: the
+    # backend mentions it after the last cluster barrier (codegen/tilelang.py `keep_peer_tiles`).
+    end = pos + 2  # the statement after the last one
+    for vid in peer_tiles(launch):
+        if vid in spans:
+            spans[vid][1] = end
     bufs = [TlBuffer(a, a.result.type.nbytes(env), versions.get(id(a.result), int(a.attrs.get("stages", 1))),
                      align.get(id(a.result), ALIGN), *spans[id(a.result)])
             for a in allocs if id(a.result) in spans]

@@ -93,6 +93,8 @@ SPECS: dict[str, Spec] = {
     "examples/embedding.tk": Spec({"V": 50, "N": 72, "B": 3}, {"BN": 32}, {"B": 1, "N": "BN"}),
     "examples/accum.tk": Spec({"B": 3, "N": 72}, {"BN": 32, "threads": 32}, {"B": 1, "N": "BN"}),
     "tests/programs/bf16_ops.tk": Spec({"M": 40, "N": 64, "K": 32}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
+    "tests/programs/cluster_pulled_sum.tk": Spec({"M": 40, "K": 256, "N": 96, "R": 32}, {"BM": 16, "BN": 32},
+                                                 {"M": "BM", "N": "BN"}, variants=({"CS": 2},)),
     "tests/programs/reshape.tk": Spec({"M": 20, "N": 16}, {"BM": 8}, {"M": "BM"}),
     "tests/programs/async_copy.tk": Spec({"M": 40, "N": 72}, {"BM": 16}, {"M": "BM", "N": 16}),
     "tests/programs/elementwise.tk": Spec({"M": 40, "N": 64}, {"BM": 16, "BN": 64}, {"M": "BM", "N": "BN"},

@@ -63,4 +63,6 @@ def test_what_cuda_cannot_take_dynamic_is_a_located_error(path, dim):
     with pytest.raises(TkError) as info:
         cuda.emit(driver.optimize(driver.frontend(path, {}, dynamic=(dim,)), "cuda"))
     d = info.value.diagnostics[0]
-    assert d.loc.line > 0 and f"`{dim}`" in d.message, d.message  # the passes reject both before codegen
+    # the passes reject both before codegen (map-dsmem: `grid (B)` over a dynamic B need not divide
+    # into clusters of 2)
+    assert d.loc.line > 0 and (f"`{dim}`" in d.message or f"extent {dim} " in d.message), d.message

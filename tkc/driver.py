@@ -1,7 +1,7 @@
 """The compile pipeline: .tk source -> AST -> tile IR -> passes -> backend source (cached).
 
 Stages, in order: `dsl.parser.parse`, `dsl.lower.lower` (with `-D` overrides), the target's
-default pass pipeline (`tile,defer-reduce,software-pipeline,map-dsmem,check-smem-fit,check-coverage,
+default pass pipeline (`tile,defer-reduce,fold-copies,software-pipeline,map-dsmem,check-smem-fit,check-coverage,
 sparse-dispatch`, for sm_90; check-smem-fit with the target's backend model), then the backend's
 `emit` (codegen/). Generated source is cached on disk by the hash of the final IR, the target
 and tool versions (tkc/cache.py). A second index maps the hash of the source text, overrides
@@ -70,7 +70,7 @@ def default_pipeline(target: str, sm: str = "sm_90") -> str:
     # clusters of 9-16 blocks (sm_90's non-portable sizes): the CUDA runtime sets the kernel's
     # attribute that allows them; TileLang's launches do not
     nonportable = ",nonportable=1" if backend == "cuda" else ""
-    return (f"tile,defer-reduce,software-pipeline,map-dsmem{{target={sm}{nonportable}}},check-smem-fit{{target={sm},"
+    return (f"tile,defer-reduce,fold-copies{{backend={backend}}},software-pipeline,map-dsmem{{target={sm}{nonportable}}},check-smem-fit{{target={sm},"
             f"backend={backend}}},check-coverage,sparse-dispatch{{target={sm}}}")
 
 

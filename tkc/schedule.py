@@ -2,7 +2,7 @@
 
 For a kernel with a `tune` clause, every configuration of its space (tkc/tune.py's
 `build_space`; constants given explicitly stay fixed) is lowered and tiled once
-(`tile,defer-reduce,software-pipeline,check-smem-fit`: a configuration that breaks a `requires`
+(`tile,defer-reduce,fold-copies,software-pipeline,check-smem-fit`: a configuration that breaks a `requires`
 or does not fit in shared memory drops out), and passes/cost_model.py estimates its time. With
 static dims the best one is the choice. With dynamic dims (`dynamic M`) the choice is made per
 bucket of their values (M in [1, 16], [17, 64], ..., [1025, 4096], [4097, 8192], [8193, 16384],
@@ -21,7 +21,7 @@ from dsl.diagnostics import TkError, error
 
 BUCKET_ENDS = (16, 64, 256, 1024, 4096, 8192, 16384)  # upper ends; the last bucket is open
 OPEN_BUCKET_AT = 65536  # where the open bucket is estimated
-MODEL_PIPELINE = "tile,defer-reduce,software-pipeline,check-smem-fit"
+MODEL_PIPELINE = "tile,defer-reduce,fold-copies,software-pipeline,check-smem-fit"
 
 
 def bucket_of(value: int) -> int:

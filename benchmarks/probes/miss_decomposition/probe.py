@@ -24,6 +24,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 KERNEL = os.path.join(ROOT, "examples", "miss_split.tk")
+# configurations named `c<CS>_...` time benchmarks/probes/miss_cluster/miss_cluster.tk (K split over
+# a cluster of CS blocks) instead
+CLUSTER_KERNEL = os.path.join(ROOT, "benchmarks", "probes", "miss_cluster", "miss_cluster.tk")
 
 CONFIGS = {  # name -> schedule constants of miss_split.tk
     "m16": {"BM": 16, "BN": 128},
@@ -43,17 +46,38 @@ CONFIGS = {  # name -> schedule constants of miss_split.tk
     "m16s_u2": {"BM": 16, "BN": 128, "STAGE_C": 1, "U": 2},
     "m32s_n2_u2": {"BM": 32, "BN": 128, "NS": 2, "STAGE_C": 1, "U": 2},
     "m64s_n2_u2": {"BM": 64, "BN": 128, "NS": 2, "STAGE_C": 1, "U": 2},
+    # after fold-copies (the shard sum reads the staged tile directly): U, BN, threads, stages at large M
+    "m64s_u4": {"BM": 64, "BN": 128, "STAGE_C": 1, "U": 4},
+    "m64s_u8_st2": {"BM": 64, "BN": 128, "STAGE_C": 1, "U": 8, "stages": 2},
+    "m64s_u4_st4": {"BM": 64, "BN": 128, "STAGE_C": 1, "U": 4, "stages": 4},
+    "m64s_u4_t256": {"BM": 64, "BN": 128, "STAGE_C": 1, "U": 4, "threads": 256},
+    "m64s_u4_b256": {"BM": 64, "BN": 256, "STAGE_C": 1, "U": 4},
+    "m64s_u4_b256_t256": {"BM": 64, "BN": 256, "STAGE_C": 1, "U": 4, "threads": 256},
+    "m128s_u2_t256": {"BM": 128, "BN": 128, "STAGE_C": 1, "U": 2, "threads": 256},
+    "m64_u4": {"BM": 64, "BN": 128, "STAGE_C": 0, "U": 4},
+    # K split over a cluster of CS blocks, the partial shard sums added through DSMEM
+    "c2_m64s_u2": {"BM": 64, "BN": 128, "CS": 2, "STAGE_C": 1, "U": 2},
+    "c4_m64s_u2": {"BM": 64, "BN": 128, "CS": 4, "STAGE_C": 1, "U": 2},
+    "c8_m64s_u2": {"BM": 64, "BN": 128, "CS": 8, "STAGE_C": 1, "U": 2},
+    "c4_m64s_u1": {"BM": 64, "BN": 128, "CS": 4, "STAGE_C": 1, "U": 1},
+    "c4_m32s_u2": {"BM": 32, "BN": 128, "CS": 4, "STAGE_C": 1, "U": 2},
+    "c8_m32s_u2": {"BM": 32, "BN": 128, "CS": 8, "STAGE_C": 1, "U": 2},
+    "c4_m64s_t256_u2": {"BM": 64, "BN": 128, "CS": 4, "STAGE_C": 1, "U": 2, "threads": 256},
 }
+
+
+def kernel_of(name: str) -> str:
+    return CLUSTER_KERNEL if "CS" in CONFIGS.get(name, {}) else KERNEL
 KNR = [(4096, 4096, 64), (4096, 11008, 64), (3072, 3072, 64), (3072, 8192, 16)]
 MS = {(4096, 4096, 64): [1024, 4096, 16384], (4096, 11008, 64): [8192],
       (3072, 3072, 64): [1, 16, 128, 1024, 4096, 16384], (3072, 8192, 16): [1, 128, 4096, 16384]}
 
 
-def _build(consts, k, n, r, cache):
+def _build(consts, k, n, r, cache, kernel=KERNEL):
     import tkc
 
     try:
-        tkc.compile(KERNEL, target="tilelang", cache_dir=cache, dynamic=("M",), **consts).specialize(
+        tkc.compile(kernel, target="tilelang", cache_dir=cache, dynamic=("M",), **consts).specialize(
             {"M": 1, "K": k, "N": n, "R": r})
         return "ok"
     except Exception as exc:  # reported by the main process
@@ -82,7 +106,7 @@ def main() -> int:
         chosen |= {(tuple(sorted(c.consts.items())), (k, n, r)) for _, c in chooser.buckets()}
     ctx = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=15, mp_context=ctx) as pool:
-        builds = {(c, knr): pool.submit(_build, CONFIGS[c], *knr, cache) for c in names for knr in KNR}
+        builds = {(c, knr): pool.submit(_build, CONFIGS[c], *knr, cache, kernel_of(c)) for c in names for knr in KNR}
         builds.update({(c, knr): pool.submit(_build, dict(c), *knr, cache) for c, knr in chosen})
         status = {key: f.result() for key, f in builds.items()}
     import torch
@@ -101,7 +125,7 @@ def main() -> int:
             if status[(c, knr)] != "ok":
                 print(f"{c} K{k} N{n} R{r}: {status[(c, knr)]}", flush=True)
                 continue
-            kernels[c] = tkc.compile(KERNEL, target="tilelang", cache_dir=cache, dynamic=("M",), **CONFIGS[c])
+            kernels[c] = tkc.compile(kernel_of(c), target="tilelang", cache_dir=cache, dynamic=("M",), **CONFIGS[c])
         kernels["model"] = tkc.compile(KERNEL, target="tilelang", cache_dir=cache, schedule="model")
         for m in MS[knr]:
             s = {"M": m, "K": k, "N": n, "R": r}
