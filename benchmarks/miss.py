@@ -47,6 +47,9 @@ CPU_SHAPES = ["M64K256N128R32", "M128K512N256R64"]
 EXAMPLES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "examples", "miss*.tk")))
 TORCH_VARIANTS = ["eager", "compile"]
 DYNAMIC_SUFFIX = "~dyn"  # `miss~dyn`: examples/miss.tk with M dynamic (one compile serves every M)
+# `miss_split~model`: the file's `tune` space searched by the cost model per M bucket
+# (`tkc.compile(..., schedule="model")`; M dynamic, one compile per bucket), as tkc.integrations.peft uses it
+MODEL_SUFFIX = "~model"
 RTOL = 1e-2
 L2_BYTES = 50 * 2**20
 
@@ -235,7 +238,7 @@ def bench_variant(name, fn, s, sets, timer, device, copy_tbps, eager_ms, extra=N
 def split_variant(variant: str) -> tuple[str, dict[str, int]]:
     """`miss_v3[BM=128;BN=256]` -> ("miss_v3", {"BM": 128, "BN": 256}); a bare name has no overrides.
     A `~dyn` suffix (`miss~dyn`: the kernel compiled once with M dynamic) is not part of either."""
-    variant = variant.removesuffix(DYNAMIC_SUFFIX)
+    variant = variant.removesuffix(DYNAMIC_SUFFIX).removesuffix(MODEL_SUFFIX)
     if "[" not in variant:
         return variant, {}
     name, _, body = variant.partition("[")
@@ -256,9 +259,10 @@ def tkc_variant(variant, s, args, device):
     example, consts = split_variant(variant)
     path = os.path.join(ROOT, "examples", f"{example}.tk")
     dynamic = ("M",) if variant.endswith(DYNAMIC_SUFFIX) else ()
+    extra = {"schedule": "model"} if variant.endswith(MODEL_SUFFIX) else {}
     t0 = time.perf_counter()
     try:
-        k = tkc.compile(path, target=args.target, cache_dir=args.cache_dir, dynamic=dynamic, **consts)
+        k = tkc.compile(path, target=args.target, cache_dir=args.cache_dir, dynamic=dynamic, **extra, **consts)
         k.specialize({d: s[d] for d in "MKNR"})
     except TkError as exc:
         msg = first_line_of_tkerror(exc)
@@ -414,7 +418,8 @@ def main(argv=None) -> int:
 
     # Pre-build every tkc kernel in parallel (nvcc is the slow part); errors are re-raised and
     # reported by the main process's own compile below.
-    jobs = [(os.path.join(ROOT, "examples", f"{split_variant(e)[0]}.tk"), {d: s[d] for d in "MKNR"}, split_variant(e)[1])
+    jobs = [(os.path.join(ROOT, "examples", f"{split_variant(e)[0]}.tk"), {d: s[d] for d in "MKNR"},
+             {**split_variant(e)[1], **({"schedule": "model"} if e.endswith(MODEL_SUFFIX) else {})})
             for s in args.shapes for e in examples if not e.endswith(DYNAMIC_SUFFIX)]
     meta["prewarm_s"] = prewarm(jobs, args.target, args.cache_dir, args.jobs)
     if meta["prewarm_s"]:
