@@ -27,6 +27,9 @@ KERNEL = os.path.join(ROOT, "examples", "miss_split.tk")
 # configurations named `c<CS>_...` time benchmarks/probes/miss_cluster/miss_cluster.tk (K split over
 # a cluster of CS blocks) instead
 CLUSTER_KERNEL = os.path.join(ROOT, "benchmarks", "probes", "miss_cluster", "miss_cluster.tk")
+# configurations with a `P` time benchmarks/probes/miss_stream/miss_stream.tk (P persistent blocks,
+# each trip writing the current M tile's C and reading the next tile's A)
+STREAM_KERNEL = os.path.join(ROOT, "benchmarks", "probes", "miss_stream", "miss_stream.tk")
 
 CONFIGS = {  # name -> schedule constants of miss_split.tk
     "m16": {"BM": 16, "BN": 128},
@@ -55,6 +58,10 @@ CONFIGS = {  # name -> schedule constants of miss_split.tk
     "m64s_u4_b256_t256": {"BM": 64, "BN": 256, "STAGE_C": 1, "U": 4, "threads": 256},
     "m128s_u2_t256": {"BM": 128, "BN": 128, "STAGE_C": 1, "U": 2, "threads": 256},
     "m64_u4": {"BM": 64, "BN": 128, "STAGE_C": 0, "U": 4},
+    # longer contiguous runs of each A row per trip (U x R columns), fewer rows per block
+    "m32s_u8": {"BM": 32, "BN": 128, "STAGE_C": 1, "U": 8},
+    "m16s_u8": {"BM": 16, "BN": 128, "STAGE_C": 1, "U": 8},
+    "m32s_u8_st4": {"BM": 32, "BN": 128, "STAGE_C": 1, "U": 8, "stages": 4},
     # K split over a cluster of CS blocks, the partial shard sums added through DSMEM
     "c2_m64s_u2": {"BM": 64, "BN": 128, "CS": 2, "STAGE_C": 1, "U": 2},
     "c4_m64s_u2": {"BM": 64, "BN": 128, "CS": 4, "STAGE_C": 1, "U": 2},
@@ -63,11 +70,17 @@ CONFIGS = {  # name -> schedule constants of miss_split.tk
     "c4_m32s_u2": {"BM": 32, "BN": 128, "CS": 4, "STAGE_C": 1, "U": 2},
     "c8_m32s_u2": {"BM": 32, "BN": 128, "CS": 8, "STAGE_C": 1, "U": 2},
     "c4_m64s_t256_u2": {"BM": 64, "BN": 128, "CS": 4, "STAGE_C": 1, "U": 2, "threads": 256},
+    # persistent blocks that read the next M tile's A while writing the current tile's C
+    "st_p264": {"BM": 64, "BN": 128, "U": 2, "P": 264},
+    "st_p132": {"BM": 64, "BN": 128, "U": 2, "P": 132},
+    "st_m32_p396": {"BM": 32, "BN": 128, "U": 2, "P": 396},
+    "st_p264_st3": {"BM": 64, "BN": 128, "U": 2, "P": 264, "stages": 3},
 }
 
 
 def kernel_of(name: str) -> str:
-    return CLUSTER_KERNEL if "CS" in CONFIGS.get(name, {}) else KERNEL
+    consts = CONFIGS.get(name, {})
+    return CLUSTER_KERNEL if "CS" in consts else STREAM_KERNEL if "P" in consts else KERNEL
 KNR = [(4096, 4096, 64), (4096, 11008, 64), (3072, 3072, 64), (3072, 8192, 16)]
 MS = {(4096, 4096, 64): [1024, 4096, 16384], (4096, 11008, 64): [8192],
       (3072, 3072, 64): [1, 16, 128, 1024, 4096, 16384], (3072, 8192, 16): [1, 128, 4096, 16384]}
@@ -89,10 +102,13 @@ def main() -> int:
     p.add_argument("--out", default="probe.json")
     p.add_argument("--configs", default=",".join(CONFIGS))
     p.add_argument("--knr", default="", help="only these K/N/R, e.g. `4096/11008/64` (comma-separated)")
+    p.add_argument("--ms", default="", help="these M at every K/N/R instead of the table's, e.g. `16384`")
     args = p.parse_args()
     global KNR
     if args.knr:
         KNR = [tuple(int(x) for x in t.split("/")) for t in args.knr.split(",")]
+    if args.ms:
+        MS.update({knr: [int(m) for m in args.ms.split(",")] for knr in KNR})
     cache = tempfile.mkdtemp(prefix="tkc-probe-")
     os.environ.setdefault("TILELANG_CACHE_DIR", os.path.join(cache, "tilelang"))
     names = args.configs.split(",")
