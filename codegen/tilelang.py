@@ -103,6 +103,8 @@ REDUCE_LAYOUT_FAILURES = ("no available layout found", "is_const_power_of_two_in
 
 # TileLang's messages when its layout inference finds no thread layout for a register tile
 LAYOUT_FAILURES = REDUCE_LAYOUT_FAILURES + ("Inconsistent layouts",)
+# TileLang 0.1.15 vectorizes a bool tile's accesses 8 at a time and has no CUDA type for them
+BOOL_VECTOR_FAILURE = "Cannot convert type boolx"
 
 
 def layout_error(module: Module, exc: BaseException) -> TkError | None:
@@ -112,6 +114,8 @@ def layout_error(module: Module, exc: BaseException) -> TkError | None:
     count is a multiple or a divisor of the thread count, and many others (rmsnorm's 768-wide
     row over 1024 threads); the error names the first register tile that is neither, the one
     its layout inference can fail on."""
+    if BOOL_VECTOR_FAILURE in str(exc):
+        return _bool_vector_error(module, exc)
     if not any(m in str(exc) for m in LAYOUT_FAILURES):
         return None
     env = module.env
@@ -134,6 +138,20 @@ def layout_error(module: Module, exc: BaseException) -> TkError | None:
                              f"TileLang's layout inference failed: {first[:200]}",
                              "pick tile sizes (or a problem size) whose tile has a multiple of `threads` elements, "
                              "or compile with `--target cuda`, which lays out tiles of any size")
+    return None
+
+
+def _bool_vector_error(module: Module, exc: BaseException) -> TkError | None:
+    """The located error for TileLang 0.1.15's failure to emit vector accesses of a bool tile (its
+    layout gives a thread 8 consecutive bools, a type it has no CUDA name for): at the first bool
+    tile of the kernel, or None when there is none (then it is tkc's bug)."""
+    for a in module.func.walk():
+        if a.name == "tile.alloc" and a.result.type.dtype == "bool" and a.result.type.space != "global":
+            first = str(exc).strip().splitlines()[-1]
+            return error(a.loc, f"TileLang cannot emit the vector accesses of bool tile `{a.result}` {a.result.type}",
+                         f"TileLang 0.1.15 failed: {first[:200]}",
+                         "compile with `--target cuda`, which takes bool tiles of any layout, or keep the "
+                         "condition as a float tile (`cast(c, f32)`) and compare it where it is used")
     return None
 
 

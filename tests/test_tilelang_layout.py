@@ -69,3 +69,35 @@ def test_attention_at_48_wide_heads_lowers():
     module = _module("examples/attention.tk", H=8, HD=48, S=64, KVD=384)
     assert "_red_part = T.alloc_fragment(" in tilelang.emit(module)
     assert "kernel `attention`" in tir.emit(module)
+
+
+BOOL_COMPARE = """kernel bools<BM=8>(X0: f32[M, N], X1: bf16[M, 1], K0: bool[M, N]) -> (O0: bf16[M, N], O1: bf16[M, N])
+    where M = 14, N = 104
+{
+    grid (cdiv(M, BM)) as (m)
+    x0 = X0[m*BM : +BM, :]
+    x1 = X1[m*BM : +BM, :]
+    k0 = K0[m*BM : +BM, :]
+    O0[m*BM : +BM, :] = cast(where(k0, x1, x0), bf16)
+    O1[m*BM : +BM, :] = cast(cast((k0 == (0.0 <= x0)), f32), bf16)
+}
+"""
+
+
+def test_a_bool_tile_tilelang_cannot_vectorize_is_a_located_error(tmp_path, capsys):
+    """TileLang 0.1.15 gives a thread 8 consecutive bools of `k == (0.0 <= x)` and has no CUDA
+    type for them ("Cannot convert type boolx8"; a generated program through `tilelang` on an
+    H100, 2026-11-26): a located error at the first bool tile that names `cuda`, not an internal
+    compiler error. The same program through `cuda` is checked by the GPU program fuzz."""
+    pytest.importorskip("tilelang")
+    from tkc.cli import main
+
+    path = tmp_path / "bools.tk"
+    path.write_text(BOOL_COMPARE)
+    assert main(["compile", str(path), "--target", "tir"]) == 1
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    assert first.startswith(f"{path}:7:") and "error: TileLang cannot emit the vector accesses of bool tile" in first, err
+    assert "Cannot convert type boolx8" in err and "--target cuda" in err and "internal compiler error" not in err
+    module = driver.optimize(driver.frontend(str(path), {}), "tilelang")
+    assert tilelang.layout_error(module, RuntimeError("CUDA error: out of memory")) is None
