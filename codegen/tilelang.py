@@ -102,7 +102,7 @@ REDUCE_LAYOUT_FAILURES = ("no available layout found", "is_const_power_of_two_in
 
 
 # TileLang's messages when its layout inference finds no thread layout for a register tile
-LAYOUT_FAILURES = REDUCE_LAYOUT_FAILURES + ("Inconsistent layouts",)
+LAYOUT_FAILURES = REDUCE_LAYOUT_FAILURES + ("Inconsistent layouts", "does not form a bijective transform")
 # TileLang 0.1.15 vectorizes a bool tile's accesses 8 at a time and has no CUDA type for them
 BOOL_VECTOR_FAILURE = "Cannot convert type boolx"
 

@@ -55,6 +55,10 @@ def test_layout_error_needs_a_layout_failure_and_a_suspect_tile():
     failure = RuntimeError("InternalError: Check failed: (has_best) is false: no available layout found")
     located = tilelang.layout_error(suspect, failure)
     assert located is not None and "cannot lay out register tile" in located.diagnostics[0].message
+    # a layout TileLang built but could not check (generated programs through `tilelang` on an H100)
+    bijective = RuntimeError('Layout Layout((16, 110, 1) -> (14, 128), ...) has errors: ("The iterations do not '
+                             'traverse full iter space", "Index mapping does not form a bijective transform.")')
+    assert tilelang.layout_error(suspect, bijective) is not None
     assert located.diagnostics[0].loc.file.endswith("async_copy.tk")
     assert tilelang.layout_error(suspect, RuntimeError("CUDA error: out of memory")) is None
     assert tilelang.layout_error(clean, failure) is None
