@@ -397,12 +397,12 @@ class _Emitter:
         for holder in launch.walk():
             for region in holder.regions:
                 ops = region.ops
+                at = {id(o): j for j, o in enumerate(ops)}
                 for k, r in enumerate(ops):
                     if r.name != "tile.reshape" or r.operands[1].type.space == "shared":
                         continue
                     src, dst = r.operands
                     users = [o for o in readers.get(id(dst), []) if o is not r]
-                    at = {id(o): j for j, o in enumerate(ops)}
                     if not users or any(id(o) not in at or at[id(o)] <= k or not self.reads_by_index(o, dst)
                                         for o in users):
                         continue
@@ -434,18 +434,7 @@ class _Emitter:
             inner = iter([p for p, n in zip(parts, dshape) if n != 1])
             idx = ["0" if n == 1 else next(inner) for n in sshape]
         else:
-            flat, stride = [], 1
-            for k in range(len(dshape) - 1, -1, -1):
-                if dshape[k] != 1:
-                    flat.append(parts[k] if stride == 1 else f"{parts[k]} * {stride}")
-                stride *= dshape[k]
-            lin = " + ".join(reversed(flat)) or "0"
-            idx, stride = [], 1
-            for k in range(len(sshape) - 1, -1, -1):
-                term = f"({lin})" if stride == 1 else f"({lin}) // {stride}"
-                idx.append(f"{term} % {sshape[k]}" if k else term)
-                stride *= sshape[k]
-            idx.reverse()
+            idx = _unravel(parts, dshape, sshape)
         value = f"{self.name(src)}[{', '.join(idx)}]"
         return self.cast(value, src.type.dtype, dst.type.dtype)
 
@@ -729,17 +718,7 @@ class _Emitter:
             return
         sshape, dshape = src.type.concrete_shape({}), dst.type.concrete_shape({})
         idx, d = self.loop_nest(self.dims(dst), depth)
-        flat, stride = [], 1
-        for k in range(len(dshape) - 1, -1, -1):
-            flat.append(idx[k] if stride == 1 else f"{idx[k]} * {stride}")
-            stride *= dshape[k]
-        lin = " + ".join(reversed(flat))
-        parts, stride = [], 1
-        for k in range(len(sshape) - 1, -1, -1):
-            term = f"({lin})" if stride == 1 else f"({lin}) // {stride}"
-            parts.append(f"{term} % {sshape[k]}" if k else term)
-            stride *= sshape[k]
-        value = self.cast(f"{self.name(src)}[{', '.join(reversed(parts))}]", src.type.dtype, dst.type.dtype)
+        value = self.cast(f"{self.name(src)}[{', '.join(_unravel(idx, dshape, sshape))}]", src.type.dtype, dst.type.dtype)
         self.line(d, f"{self.at(dst, idx)} = {value}")
 
     def op_elementwise(self, op: Op, depth: int) -> None:
@@ -828,6 +807,22 @@ class _Emitter:
         prod = (f"{self.cast(f'{self.name(a)}[{i}, {kk}]', a.type.dtype, acc.type.dtype)} * "
                 f"{self.cast(f'{self.name(b)}[{kk}, {j}]', b.type.dtype, acc.type.dtype)}")
         self.line(depth + 2, f"{self.name(acc)}[{i}, {j}] = {self.name(acc)}[{i}, {j}] + {prod}")
+
+
+def _unravel(idx: list[str], dshape: list[int], sshape: list[int]) -> list[str]:
+    """The index into a tile of shape `sshape` of element `idx` of its reshape to `dshape`
+    (row-major: the linear position of `idx` in `dshape`, unravelled over `sshape`)."""
+    flat, stride = [], 1
+    for k in range(len(dshape) - 1, -1, -1):
+        flat.append(idx[k] if stride == 1 else f"{idx[k]} * {stride}")
+        stride *= dshape[k]
+    lin = " + ".join(reversed(flat))
+    parts, stride = [], 1
+    for k in range(len(sshape) - 1, -1, -1):
+        term = f"({lin})" if stride == 1 else f"({lin}) // {stride}"
+        parts.append(f"{term} % {sshape[k]}" if k else term)
+        stride *= sshape[k]
+    return list(reversed(parts))
 
 
 def _apply(fn: str, args: list[str], dtype: str) -> str:
