@@ -84,6 +84,13 @@ def eager_fns():
         att = torch.softmax(torch.einsum("hd,thd->ht", q, k) / hd ** 0.5, 1)
         return torch.einsum("ht,thd->hd", att, v)
 
+    def qkv_rope(x, g, wq, wk, wv, pos, kc, vc, hd):
+        xn = F.rms_norm(x, (x.shape[1],), g[0], 1e-5).to(wq.dtype)
+        q = rope((xn @ wq.T).float(), pos, hd)
+        kc[pos] = rope((xn @ wk.T).float(), pos, hd)[0]
+        vc[pos] = (xn @ wv.T)[0]
+        return q.T, kc, vc
+
     return {
         "rmsnorm": lambda x, w: F.rms_norm(x, (x.shape[1],), w[0], 1e-5),
         "matmul": lambda w, x: w @ x.T,
@@ -98,6 +105,9 @@ def eager_fns():
         "rmsnorm_matmul": lambda x, g, w: w @ F.rms_norm(x, (x.shape[1],), g[0], 1e-5).T,
         "matmul_residual": lambda w, x, r: r + w @ x.T,
         "ffn_gate": lambda w1, w3, x: F.silu(w1 @ x.T) * (w3 @ x.T),
+        "rmsnorm_ffn_gate": lambda x, g, w1, w3: (lambda xn: F.silu(w1 @ xn) * (w3 @ xn))(
+            F.rms_norm(x, (x.shape[1],), g[0], 1e-5).T),
+        "qkv_rope": qkv_rope,
         "sgemm": lambda a, b: a @ b,
         "_rope": rope,
     }
@@ -123,6 +133,7 @@ def cases(group: str, cpu: bool) -> list[dict]:
         add("rope", {"B": 2, "D": 64}, {"HD": 16}, {"pos": 5})
         add("attention", {"H": 2, "HD": 32, "S": 40}, {"BT": 16}, {"pos": 39})
         add("embedding", {"V": 50, "N": 64, "B": 2}, {"BN": 32})
+        add("qkv_rope", {"K": 64, "D": 64, "KVD": 32, "S": 8}, {"HD": 16, "BK": 32}, {"pos": 7})
         add("sgemm", {"M": 64, "N": 64, "K": 32}, {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "TM": 4, "TN": 4,
                                                    "WNITER": 2, "BK": 8})
         return out
@@ -149,6 +160,9 @@ def cases(group: str, cpu: bool) -> list[dict]:
             add("rmsnorm_matmul", {"D": dim, "K": dim})
             add("matmul_residual", {"D": dim, "K": hidden})
             add("ffn_gate", {"H": hidden, "K": dim})
+            add("rmsnorm_ffn_gate", {"H": hidden, "K": dim})
+            for pos in POSITIONS:
+                add("qkv_rope", {"K": dim, "D": dim, "KVD": dim, "S": SEQ}, {"HD": hd}, {"pos": pos})
         return out
     # targets: the target shapes (its elementwise targets are f16: the examples with
     # f16 tensors, `source`; and as the seed's f32)
@@ -226,6 +240,10 @@ def moved_bytes(case: dict, module) -> int:
         rows = case["scalars"]["pos"] + 1
         total -= sum(a.type.nbytes(env) for a in kv)
         total += sum(a.type.nbytes(env) // a.type.concrete_shape(env)[0] * rows for a in kv)
+    if case["kernel"] == "qkv_rope":  # one row of each cache is written
+        kv = [a for a in module.func.body.args if a.name in ("KC", "VC")]
+        total -= sum(a.type.nbytes(env) for a in kv)
+        total += sum(a.type.nbytes(env) // a.type.concrete_shape(env)[0] for a in kv)
     if case["kernel"] == "embedding":  # only the B rows of the table are read
         e = module.func.body.args[0]
         total -= e.type.nbytes(env)
@@ -282,7 +300,11 @@ def run(args) -> int:
         refs = oracle.reference(module, base)
         budgets = oracle.error_budgets(module)
         outs = oracle.outputs(module)
-        fn = fns[name] if name != "rope" else (lambda x, pos, hd=case["consts"]["HD"]: fns["_rope"](x, pos, hd))
+        fn = fns[name]
+        if name == "rope":
+            fn = (lambda x, pos, hd=case["consts"]["HD"]: fns["_rope"](x, pos, hd))
+        elif name == "qkv_rope":
+            fn = (lambda *a, hd=case["consts"]["HD"]: fns["qkv_rope"](*a, hd))
         variants = [("torch eager", fn)]
         if args.compile and not args.cpu:
             if name not in compiled:

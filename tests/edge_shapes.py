@@ -77,6 +77,15 @@ SPECS: dict[str, Spec] = {
     "examples/ffn_gate.tk": Spec({"H": 40, "K": 100}, {"BD": 4, "BK": 32}, {"H": "BD", "K": "BK"},
                                  # `wide` puts W1 @ X near -1e3 on whole rows: silu underflows to 0 there
                                  dists=("normal", "negative", "offset", "ints")),
+    "examples/rmsnorm_ffn_gate.tk": Spec({"H": 40, "K": 100}, {"BD": 4, "BK": 32}, {"H": "BD", "K": "BK"},
+                                         # as ffn_gate; `negative` too: a negative X times a negative
+                                         # G normalizes to a positive row, W1 @ xn near -1e2 everywhere
+                                         dists=("normal", "offset", "ints")),
+    # runtime scalar `pos` (alternating S - 1 and 0); D, KVD: whole heads of HD; the variant is
+    # grouped-query attention (KVD < D: blocks past KVD read zeros and store outside the caches)
+    "examples/qkv_rope.tk": Spec({"K": 100, "D": 64, "KVD": 64, "S": 5}, {"HD": 16, "BD": 4, "BK": 32},
+                                 {"K": "BK"}, multiple_of={"D": "HD", "KVD": "HD"},
+                                 variants=({"BD": 8, "threads": 32}, {"KVD": 32}, {"BD": 2, "BK": 128})),
     "examples/silu_mul.tk": Spec({"B": 3, "H": 72}, {"BN": 32, "threads": 32}, {"B": 1, "H": "BN"}),
     # runtime scalar `pos`: the inputs alternate between its largest allowed value and 0
     "examples/rope.tk": Spec({"B": 3, "D": 64}, {"HD": 16}, {"B": 1, "D": "HD"}, multiple_of={"D": "HD"},

@@ -16,6 +16,7 @@ import torch
 
 import tkc
 from tkc import driver, oracle
+from tkc.models.llama import example_variant
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -66,3 +67,44 @@ def test_matmul_residual_matches_the_unfused_chain(dist):
     tol = _tol("matmul_residual", {"D": d, "K": k}) + _tol("matmul", {"D": d, "K": k}) + _tol("accum", {"B": 1, "N": d})
     assert oracle.rel_error(fused, chain.double()) <= tol
     assert oracle.rel_error(fused, _kernel("matmul")(w, x).double()) > tol  # the residual is there
+
+
+@pytest.mark.parametrize("dist", ["normal", "ints"])
+def test_rmsnorm_ffn_gate_matches_the_unfused_chain(dist):
+    h, k = 40, 100
+    module = driver.frontend(os.path.join(ROOT, "examples", "rmsnorm_ffn_gate.tk"), {"H": h, "K": k})
+    x, g, w1, w3 = oracle.random_inputs(module, 0, "cpu", dist)
+    fused = _kernel("rmsnorm_ffn_gate")(x, g, w1, w3)
+    chain = _kernel("ffn_gate")(w1, w3, _kernel("rmsnorm")(x, g))
+    tol = _tol("rmsnorm_ffn_gate", {"H": h, "K": k}) + _tol("rmsnorm", {"B": 1, "N": k}) + _tol("ffn_gate", {"H": h, "K": k})
+    assert fused.shape == chain.shape == (h, 1)
+    assert oracle.rel_error(fused, chain.double()) <= tol
+    assert oracle.rel_error(fused, _kernel("ffn_gate")(w1, w3, x).double()) > tol  # the norm is there
+
+
+@pytest.mark.parametrize("kvd", [64, 32])  # multi-head, grouped-query
+@pytest.mark.parametrize("pos", [0, 6])
+def test_qkv_rope_matches_the_unfused_chain(kvd, pos, tmp_path):
+    """qkv_rope against rmsnorm_matmul over the stacked weights, rope on q and k together and
+    kv_store, as tkc.models.llama ran them: the same q and the same caches, every row but pos
+    untouched."""
+    d, k, s, hd = 64, 100, 7, 16
+    dims = {"K": k, "D": d, "KVD": kvd, "S": s}
+    module = driver.frontend(os.path.join(ROOT, "examples", "qkv_rope.tk"), {**dims, "HD": hd})
+    x, g, wq, wk, wv, _, kc, vc = oracle.random_inputs(module, 0, "cpu", "normal", {"pos": pos})
+    kc0, vc0 = kc.clone(), vc.clone()
+    q, kc, vc = tkc.compile(os.path.join(ROOT, "examples", "qkv_rope.tk"), target="interp", HD=hd)(
+        x, g, wq, wk, wv, pos, kc, vc)
+    qkv = _kernel("rmsnorm_matmul")(x, g, torch.cat([wq, wk, wv])).reshape(1, d + 2 * kvd)
+    rope = example_variant("rope", str(tmp_path), {"X": "f32", "Y": "f32"})  # as tkc.models.llama
+    qk = tkc.compile(rope, target="interp", HD=hd)(
+        qkv[:, :d + kvd].contiguous(), pos)
+    kc2, vc2 = _kernel("kv_store")(qk[:, d:].contiguous(), qkv[:, d + kvd:].contiguous(), pos, kc0.clone(), vc0.clone())
+    tol = (_tol("qkv_rope", {**dims, "HD": hd}, "Q") + _tol("rmsnorm_matmul", {"D": d + 2 * kvd, "K": k})
+           + _tol("rmsnorm", {"B": 1, "N": k}))
+    assert oracle.rel_error(q.reshape(1, d), qk[:, :d].double()) <= tol
+    for new, old, chain in ((kc, kc0, kc2), (vc, vc0, vc2)):
+        assert torch.equal(torch.cat([new[:pos], new[pos + 1:]]), torch.cat([old[:pos], old[pos + 1:]]))
+        assert oracle.rel_error(new[pos:pos + 1].float(), chain[pos:pos + 1].double()) <= tol + 2 ** -10
+    if pos:  # rotated: q differs from the unrotated product
+        assert oracle.rel_error(q.reshape(1, d), qkv[:, :d].double()) > tol

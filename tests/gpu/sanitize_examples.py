@@ -107,6 +107,8 @@ CAPS: dict[str, dict[str, int]] = {
     "examples/rmsnorm_matmul.tk": {"D": 512},
     "examples/matmul_q8.tk": {"D": 512},
     "examples/ffn_gate.tk": {"H": 512},  # W1, W3 11008 x 4096 f32: 360 MB
+    "examples/rmsnorm_ffn_gate.tk": {"H": 512},
+    "examples/qkv_rope.tk": {"D": 512, "KVD": 512},  # WQ, WK, WV 4096 x 4096 f32: 200 MB
     "examples/embedding.tk": {"V": 1024},  # E 32000 x 4096 f32: 524 MB, one row read
     "examples/sgemm.tk": {"M": 512, "N": 512, "K": 512},  # 4096^3: 137 GFLOP
     "examples/sddmm.tk": {"M": 1024, "N": 1024, "NNZ": 5800},  # 4000^2 at 0.55%

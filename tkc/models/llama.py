@@ -2,16 +2,16 @@
 compiled from `examples/`.
 
 One step (run.c's `forward`) for token `token` at position `pos`: the token's row from
-`embedding.tk`; per layer, with f32 or f16 weights, `rmsnorm_matmul.tk` (the attention rmsnorm
-fused into one GEMV over wq, wk and wv stacked by rows), `rope.tk` on q and k together (head size
-HD), the key/value rows written into the layer's caches (`kv_store.tk`, `mut` outputs),
-attention over positions 0..pos with grouped-query heads (`attention.tk`, KVD = n_kv_heads *
-head_size), `matmul_residual.tk` (wo and the residual add), `rmsnorm.tk`, `ffn_gate.tk` (the
-SwiGLU up-projections and gate), `matmul_residual.tk` (w2 and the residual); then
-`rmsnorm_matmul.tk` for the final norm and the classifier. With int8 weights the GEMVs are
-`matmul_q8.tk` (q/k/v stacked, w1/w3 stacked), with `rmsnorm.tk`, `silu_mul.tk` and `accum.tk`
-between them. Between kernels only views of the same memory change shape ([D, 1] GEMV outputs
-read as [1, D] rows).
+`embedding.tk`; per layer, with f32 or f16 weights, `qkv_rope.tk` (the attention rmsnorm, the
+q/k/v GEMVs, RoPE on q and k with head size HD, and the key/value rows written into the layer's
+caches, `mut` outputs), attention over positions 0..pos with grouped-query heads
+(`attention.tk`, KVD = n_kv_heads * head_size), `matmul_residual.tk` (wo and the residual add),
+`rmsnorm_ffn_gate.tk` (the FFN's rmsnorm, the SwiGLU up-projections and gate),
+`matmul_residual.tk` (w2 and the residual); then `rmsnorm_matmul.tk` for the final norm and the
+classifier. With int8 weights the GEMVs are `matmul_q8.tk` (q/k/v stacked, w1/w3 stacked), with
+`rmsnorm.tk`, `rope.tk` (q and k together), `kv_store.tk`, `silu_mul.tk` and `accum.tk` between
+them. Between kernels only views of the same memory change shape ([D, 1] GEMV outputs read as
+[1, D] rows).
 
 On the GPU the whole step is one CUDA graph: the token id and the position live in one-element
 int32 device tensors that the kernels read when they run (runtime scalars passed as tensors,
@@ -105,15 +105,18 @@ class Llama:
         self._workdir = tempfile.TemporaryDirectory(prefix="tkc-llama-")
         work = self._workdir.name
         caches = {"KC": "f32", "VC": "f32"} if dtype == "f32" else None  # the files' caches are f16
-        rope = ("rope", {"X": "f32", "Y": "f32"}, {"HD": c.head_size})
-        common = [("embedding", None, {}), rope, ("kv_store", caches, {}), ("attention", caches, {})]
+        common = [("embedding", None, {}), ("attention", caches, {})]
         if dtype == "int8":
-            plan = common + [("rmsnorm", None, {"BR": 1}), ("matmul_q8", None, {}), ("accum", None, {}),
+            plan = common + [("rope", {"X": "f32", "Y": "f32"}, {"HD": c.head_size}), ("kv_store", caches, {}),
+                             ("rmsnorm", None, {"BR": 1}), ("matmul_q8", None, {}), ("accum", None, {}),
                              ("silu_mul", None, {})]
         else:
-            w16 = {"W": "f16"} if dtype == "f16" else None
-            plan = common + [("rmsnorm", None, {"BR": 1}), ("rmsnorm_matmul", w16, {}), ("matmul_residual", w16, {}),
-                             ("ffn_gate", {"W1": "f16", "W3": "f16"} if dtype == "f16" else None, {})]
+            f16 = dtype == "f16"
+            qkv = {**(caches or {}), **({"WQ": "f16", "WK": "f16", "WV": "f16"} if f16 else {})}
+            plan = common + [("qkv_rope", qkv, {"HD": c.head_size}),
+                             ("rmsnorm_matmul", {"W": "f16"} if f16 else None, {}),
+                             ("matmul_residual", {"W": "f16"} if f16 else None, {}),
+                             ("rmsnorm_ffn_gate", {"W1": "f16", "W3": "f16"} if f16 else None, {})]
         self.k = {name: tkc.compile(example_variant(name, work, retype), target=self.target, cache_dir=cache_dir,
                                     **consts) for name, retype, consts in plan}
         self.w = {n: getattr(weights, n).to(device=device, dtype=torch.float32).contiguous()
@@ -248,24 +251,30 @@ class Llama:
         """One step's kernels for the token in `self._ids` at position `pos` (an int, or the
         one-element device tensor `self._pos`); the logits.
 
-        Per layer with f32 and f16 weights, 8 kernels: rmsnorm_matmul (the attention rmsnorm
-        and the stacked q/k/v GEMV), rope (q and k together: both are rows of head_size
-        pairs), kv_store, attention, matmul_residual (wo and the residual), rmsnorm, ffn_gate
-        (w1, w3 and SwiGLU's gate), matmul_residual (w2 and the residual). With int8 weights,
-        12: the norms, GEMVs (q/k/v stacked, w1/w3 stacked) and residuals separate."""
+        Per layer with f32 and f16 weights, 5 kernels: qkv_rope (the attention rmsnorm, the
+        q/k/v GEMVs over three row views of the stacked weights, RoPE on q and k, k and v into
+        the caches' row pos), attention, matmul_residual (wo and the residual),
+        rmsnorm_ffn_gate (the FFN's rmsnorm, w1, w3 and SwiGLU's gate), matmul_residual (w2 and
+        the residual); 8 before those fusions (H100, 2026-11-26: stories110M f16 309.5 -> 280.5
+        us per step as a graph replay, benchmarks/probes/llama_step). With int8 weights, 12:
+        the norms, GEMVs (q/k/v stacked, w1/w3 stacked), rope, kv_store and residuals
+        separate."""
         c, k, w = self.c, self.k, self.w
         dim, kv = c.dim, c.kv_dim
         x = k["embedding"](w["token_embedding"], self._ids)  # [1, dim]
         for layer in range(c.n_layers):
+            kc, vc = self.key_cache[layer], self.value_cache[layer]
             if self.dtype == "int8":
                 qkv = self.gemv("wqkv", k["rmsnorm"](x, w["rms_att"][layer].view(1, dim)), layer)
-            else:
-                qkv = k["rmsnorm_matmul"](x, w["rms_att"][layer].view(1, dim), w["wqkv"][layer])
-            qkv = qkv.view(1, dim + 2 * kv)
-            qk = k["rope"](qkv[:, :dim + kv], pos)  # [1, dim + kv]: q's heads, then k's
-            k["kv_store"](qk[:, dim:], qkv[:, dim + kv:], pos, self.key_cache[layer], self.value_cache[layer])
-            o = k["attention"](qk[0, :dim].view(c.n_heads, c.head_size), self.key_cache[layer],
-                               self.value_cache[layer], pos)
+                qkv = qkv.view(1, dim + 2 * kv)
+                qk = k["rope"](qkv[:, :dim + kv], pos)  # [1, dim + kv]: q's heads, then k's
+                k["kv_store"](qk[:, dim:], qkv[:, dim + kv:], pos, kc, vc)
+                q = qk[0, :dim]
+            else:  # q, and k and v into the caches' row pos
+                wqkv = w["wqkv"][layer]
+                q = k["qkv_rope"](x, w["rms_att"][layer].view(1, dim), wqkv[:dim], wqkv[dim:dim + kv],
+                                  wqkv[dim + kv:], pos, kc, vc)[0]
+            o = k["attention"](q.view(c.n_heads, c.head_size), kc, vc, pos)
             if self.dtype == "int8":
                 x = k["accum"](x, self.gemv("wo", o.view(1, dim), layer).view(1, dim))
                 xb = k["rmsnorm"](x, w["rms_ffn"][layer].view(1, dim))
@@ -274,8 +283,8 @@ class Llama:
                 x = k["accum"](x, self.gemv("w2", hb, layer).view(1, dim))
             else:
                 x = k["matmul_residual"](w["wo"][layer], o.view(1, dim), x.view(dim, 1)).view(1, dim)
-                xb = k["rmsnorm"](x, w["rms_ffn"][layer].view(1, dim))
-                hb = k["ffn_gate"](w["w1"][layer], w["w3"][layer], xb).view(1, c.hidden_dim)
+                hb = k["rmsnorm_ffn_gate"](x, w["rms_ffn"][layer].view(1, dim), w["w1"][layer],
+                                           w["w3"][layer]).view(1, c.hidden_dim)
                 x = k["matmul_residual"](w["w2"][layer], hb, x.view(dim, 1)).view(1, dim)
         if self.dtype == "int8":
             return self.gemv("wcls", k["rmsnorm"](x, w["rms_final"].view(1, dim))).view(c.vocab_size)

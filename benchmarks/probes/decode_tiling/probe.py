@@ -4,7 +4,8 @@ Times each (example, constants) at the issue's target shape with benchmarks/miss
 (do_bench median, rotated inputs) and replayed from a CUDA graph (tkc.bench.graph_ms: the kernel
 without the host's per-call work), after checking the output against the float64 reference;
 torch eager (benchmarks/transformer.py's functions) on the same inputs first, in the same run.
-Run on the device machine: `python3 benchmarks/probes/decode_tiling/probe.py [NAME ...]`.
+Run on the device machine: `python3 benchmarks/probes/decode_tiling/probe.py [NAME ...]`, or
+`... probe.py llama110m` for the kernels of a stories110M decode step at its shapes.
 """
 
 from __future__ import annotations
@@ -73,6 +74,32 @@ CASES = [  # (example, dims, runtime scalars, constant variants, tensor dtype)
       {"BT": 128}, {"BT": 128, "threads": 512}, {"threads": 512}, {"threads": 128}], ""),
 ]
 
+# stories110M's per-layer kernels at their shapes in tkc.models.llama (dim 768, hidden 2048, 12
+# heads of 64), selected with the argument `llama110m`; "f16" retypes every f32 tensor
+_ATT = {"H": 12, "HD": 64, "S": 1024, "KVD": 768}
+LLAMA110M = [
+    ("attention", _ATT, {"pos": 63}, [{}, {"BT": 64, "threads": 128}, {"BT": 32, "threads": 128},
+                                      {"BT": 32, "threads": 64}, {"BT": 16, "threads": 64}, {"BT": 32, "threads": 32},
+                                      {"BT": 128, "threads": 256}], ""),
+    ("attention", _ATT, {"pos": 511}, [{}, {"BT": 64, "threads": 128}, {"BT": 32, "threads": 128},
+                                       {"BT": 32, "threads": 64}, {"BT": 128, "threads": 256}], ""),
+    ("attention_split", _ATT, {"pos": 63}, [{}, {"SPLIT": 2}, {"SPLIT": 2, "BT": 32, "threads": 128},
+                                            {"SPLIT": 4, "BT": 16, "threads": 64}, {"SPLIT": 2, "BT": 32, "threads": 64}], ""),
+    ("attention_split", _ATT, {"pos": 511}, [{}, {"SPLIT": 2}, {"SPLIT": 8, "BT": 64, "threads": 256},
+                                             {"SPLIT": 4, "BT": 32, "threads": 128}], ""),
+    ("rope", {"B": 1, "D": 1536}, {"pos": 63}, [{"HD": 64}, {"HD": 64, "BR": 1}, {"HD": 64, "BR": 1, "threads": 64}], ""),
+    ("kv_store", {"KVD": 768, "S": 1024}, {"pos": 63}, [{}, {"BN": 256}, {"BN": 256, "threads": 32}], ""),
+    ("rmsnorm", {"B": 1, "N": 768}, {}, [{"BR": 1}, {"BR": 1, "threads": 256}, {"BR": 1, "threads": 128}], ""),
+    ("rmsnorm_matmul", {"D": 2304, "K": 768}, {}, [{}, {"BD": 2}, {"BD": 8}, {"BK": 256}, {"BD": 2, "BK": 256},
+                                                   {"BD": 8, "BK": 1024, "threads": 256}, {"threads": 64}], "f16"),
+    ("matmul_residual", {"D": 768, "K": 768}, {}, [{}, {"BD": 2}, {"BD": 1}, {"BK": 256}, {"BD": 2, "BK": 256},
+                                                   {"BD": 1, "BK": 256, "threads": 32}, {"threads": 64}], "f16"),
+    ("matmul_residual", {"D": 768, "K": 2048}, {}, [{}, {"BD": 2}, {"BD": 1}, {"BK": 1024}, {"BD": 2, "BK": 1024},
+                                                    {"BD": 2, "BK": 2048, "threads": 256}, {"threads": 256}], "f16"),
+    ("ffn_gate", {"H": 2048, "K": 768}, {}, [{}, {"BD": 2}, {"BD": 8}, {"BK": 256}, {"BD": 2, "BK": 256},
+                                             {"BD": 8, "BK": 1024, "threads": 256}, {"threads": 64}], "f16"),
+]
+
 
 def path_of(name: str, dtype: str, workdir: str) -> str:
     from transformer import source
@@ -99,7 +126,10 @@ def main() -> None:
     from tkc.bench import graph_ms
 
     cache = tempfile.mkdtemp()
-    todo = [c for c in CASES if not sys.argv[1:] or c[0] in sys.argv[1:]]
+    if sys.argv[1:] == ["llama110m"]:
+        todo = LLAMA110M
+    else:
+        todo = [c for c in CASES if not sys.argv[1:] or c[0] in sys.argv[1:]]
     jobs = [(path_of(n, dt, cache), c, d, cache) for n, d, _, vs, dt in todo for c in vs]
     with cf.ProcessPoolExecutor(14, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(build, *zip(*jobs)))
@@ -113,7 +143,8 @@ def main() -> None:
         try:  # torch eager on the same inputs, in the same run
             module = driver.frontend(path, dims)
             sets = [oracle.random_inputs(module, s, "cuda", "normal", scalars) for s in range(3)]
-            fn = fns[name] if name != "rope" else (lambda x, pos: fns["_rope"](x, pos, 128))
+            hd = variants[0].get("HD", 128)
+            fn = fns[name] if name != "rope" else (lambda x, pos: fns["_rope"](x, pos, hd))
             us = timer(rotating(fn, sets)) * 1e3
             gus = graph_ms(timer, fn, sets) * 1e3
             print(f"| {name}{' ' + dtype if dtype else ''} | torch eager | {us:.1f} | {gus:.1f} | |", flush=True)

@@ -1,0 +1,159 @@
+"""Probe (issue 11): where one decode step of tkc.models.llama goes on the GPU.
+
+For each model and dtype: the captured step's graph replay time (CUDA events over REPS replays at
+a fixed position, no host work between them); the sum of its kernels' own durations from
+torch.profiler (CUPTI) over the same replays, per kernel name, so that replay - sum is the time
+between kernels; and the same step with every layer reading layer 0's weights ("l2": each
+layer's weight matrices, a few MB, stay in L2 between layers, so the GEMVs read L2 instead of
+DRAM; the classifier still reads DRAM). With programmatic dependent launch a kernel's profiled
+duration includes its wait for the one before it; the "-nopdl" forms capture the step with
+ordinary launches, where the durations are the kernels' own. Random weights, greedy positions 0..POS-1 run first so
+the caches hold something.
+
+Run on the device machine: `python3 benchmarks/probes/llama_step/probe.py [--models 110M]
+[--dtypes f16] [--pos 64] [--reps 200]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+
+def replay_us(model, reps: int) -> float:
+    import torch
+
+    g = model._graph
+    for _ in range(10):
+        g.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(5):
+        start.record()
+        for _ in range(reps):
+            g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / reps)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def kernel_table(model, reps: int):
+    """{kernel name: (calls per step, us per step)} from torch.profiler over `reps` replays."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    g = model._graph
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            g.replay()
+        torch.cuda.synchronize()
+    acc = collections.defaultdict(lambda: [0, 0.0])
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0:
+            a = acc[ev.name[:60]]
+            a[0] += 1
+            a[1] += ev.device_time
+    return {k: (c / reps, t / reps) for k, (c, t) in acc.items()}
+
+
+def argmax_forms(vocab: int = 32000) -> None:
+    """Graph-replay time of ways to take the argmax of the logits [vocab] f32 (the step's last
+    op in greedy decoding)."""
+    import torch
+
+    x = torch.randn(vocab, device="cuda")
+
+    def two_stage():
+        v, i = x.view(-1, 250).max(1)
+        j = v.argmax()
+        return j * 250 + i[j]
+
+    forms = {"torch.argmax": lambda: torch.argmax(x), "max(dim=0)": lambda: torch.max(x, 0)[1],
+             "topk 1": lambda: torch.topk(x, 1)[1], "two stages (rows of 250)": two_stage}
+    for name, fn in forms.items():
+        assert int(fn()) == int(torch.argmax(x)), name
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            fn()
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            for _ in range(20):
+                fn()
+
+        class M:
+            _graph = g
+
+        print(f"argmax {name}: {replay_us(M, 20) / 20:.2f} us per call (graph of 20)")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="110M")
+    p.add_argument("--dtypes", default="f16")
+    p.add_argument("--pos", type=int, default=64)
+    p.add_argument("--reps", type=int, default=200)
+    p.add_argument("--argmax", action="store_true", help="first time forms of the logits' argmax")
+    p.add_argument("--forms", default="dram,l2,dram-nopdl,l2-nopdl",
+                   help="dram / l2 (every layer reads layer 0's weights), -nopdl: ordinary launches")
+    args = p.parse_args(argv)
+
+    from llama import MODELS, copy_rate, weight_bytes
+
+    from tkc.models import llama_files as lf
+    from tkc.models.llama import Llama
+
+    if args.argmax:
+        argmax_forms()
+    rate = copy_rate("cuda")
+    print(f"copy {rate / 1e12:.2f} TB/s")
+    rows = []
+    for label in args.models.split(","):
+        dim, hidden, layers, heads, kv_heads, vocab, seq = MODELS[label]
+        config = lf.Config(dim, hidden, layers, heads, kv_heads, vocab, seq, shared_classifier=True)
+        weights = lf.random_weights(config, seed=0)
+        for dtype in args.dtypes.split(","):
+            floor_us = weight_bytes(config, dtype) / rate * 1e6
+            for form in args.forms.split(","):
+                model = Llama(config, weights, target="cuda", dtype=dtype, programmatic=not form.endswith("nopdl"))
+                if form.startswith("l2"):
+                    for name, t in list(model.w.items()):
+                        if name in ("wqkv", "wo", "w1", "w3", "w2"):
+                            model.w[name] = t[0:1].expand_as(t)
+                    for name, (q, s) in list(getattr(model, "q", {}).items()):
+                        if name != "wcls":
+                            model.q[name] = (q[0:1].expand_as(q), s[0:1].expand_as(s))
+                token = 1
+                for pos in range(args.pos):
+                    token = model.next_token(token, pos)
+                model._set_inputs(token, args.pos)
+                us = replay_us(model, args.reps)
+                table = kernel_table(model, min(args.reps, 50))
+                busy = sum(t for _, t in table.values())
+                calls = sum(c for c, _ in table.values())
+                rows.append((label, dtype, form, us, busy, calls, floor_us))
+                print(f"\n{label} {dtype} {form}: replay {us:.1f} us per step, kernels {busy:.1f} us in "
+                      f"{calls:.0f} launches, between kernels {us - busy:.1f} us; floor {floor_us:.1f} us")
+                for name, (c, t) in sorted(table.items(), key=lambda kv: -kv[1][1]):
+                    print(f"  {t:7.1f} us  {c:5.1f} x {t / c:6.2f}  {name}")
+                del model
+    print("\n| model | dtype | weights | replay us | kernels us | launches | gaps us | floor us | % floor |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, dtype, form, us, busy, calls, floor_us in rows:
+        print(f"| {label} | {dtype} | {form} | {us:.1f} | {busy:.1f} | {calls:.0f} | {us - busy:.1f} | "
+              f"{floor_us:.1f} | {100 * floor_us / us:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
