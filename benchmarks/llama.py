@@ -6,7 +6,9 @@ Each variant decodes STEPS positions greedily from BOS (the argmax feeds the nex
 warm-up of the same length; tokens/s is STEPS over the wall time (CUDA synchronized). "% floor"
 is that rate over the weight-bytes floor: one read of every weight matrix (in the variant's
 dtype; int8 with its f32 scales) per token at the device-to-device copy bandwidth measured in the
-same run. Variants: "tkc" (the step in one CUDA graph, launched programmatically), "tkc no pdl"
+same run. Variants: "tkc" (the step in one CUDA graph, launched programmatically; greedy
+decoding queues the steps ahead of the host, tkc.models.llama.Llama.greedy), "tkc one by one"
+(the same graph, the host waiting for each token before the next step), "tkc no pdl"
 (the same graph without programmatic dependent launch), "tkc no graph" (one Python call per
 kernel), "torch eager" (tkc.models.llama_reference.TorchLlama, run.c's forward), "torch graph"
 and "torch.compile" (StaticTorchLlama: the same forward with position-independent shapes,
@@ -68,15 +70,28 @@ def copy_rate(device: str) -> float:
     return 2 * a.numel() * 10 / (time.perf_counter() - t)
 
 
+class _OneByOne:
+    """A tkc model decoded one token at a time (`next_token`: the host waits for each token
+    before it queues the next step), without `greedy`'s queue."""
+
+    def __init__(self, model):
+        self.next_token = model.next_token
+
+
 def decode_rate(model, steps: int, device: str) -> float:
     """Tokens/s of `steps` greedy positions from BOS, after one warm-up pass: the model's
-    `next_token` (the step and its argmax in one call, as `tkc llama` decodes greedily) where it
-    has one, else its `step` and torch.argmax."""
+    `greedy` (tkc.models.llama.Llama.greedy: the steps queued ahead of the host, as `tkc llama`
+    decodes greedily) where it has one, else its `step` and torch.argmax, one token at a time."""
     import torch
 
     nxt = getattr(model, "next_token", None) or (lambda token, pos: int(torch.argmax(model.step(token, pos))))
+    greedy = getattr(model, "greedy", None)
 
     def run():
+        if greedy is not None:  # the steps queued ahead of the host, as `tkc llama` decodes greedily
+            for _ in greedy(1, 0, steps):
+                pass
+            return
         token = 1
         for pos in range(steps):
             token = nxt(token, pos)
@@ -130,7 +145,9 @@ def main(argv=None) -> int:
             variants = [("tkc", lambda: Llama(cfg, w, target=target, cache_dir=args.cache_dir, dtype=dtype)),
                         ("torch eager", lambda: TorchLlama(cfg, w, device=device, dtype=tdt))]
             if device == "cuda":  # (on the CPU "tkc" is already one call per kernel)
-                variants += [("tkc no pdl", lambda: Llama(cfg, w, target=target, cache_dir=args.cache_dir, dtype=dtype,
+                variants += [("tkc one by one", lambda: _OneByOne(Llama(cfg, w, target=target,
+                                                                       cache_dir=args.cache_dir, dtype=dtype))),
+                             ("tkc no pdl", lambda: Llama(cfg, w, target=target, cache_dir=args.cache_dir, dtype=dtype,
                                                           programmatic=False)),
                              ("tkc no graph", lambda: Llama(cfg, w, target=target, cache_dir=args.cache_dir,
                                                             dtype=dtype, graph=False)),

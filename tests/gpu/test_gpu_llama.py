@@ -77,6 +77,28 @@ def test_graph_step_logits_match_the_reference(tmp_path, cache_dir, dtype, n_kv_
     assert model._graph is not None
 
 
+def test_greedy_queues_the_steps_ahead(cache_dir):
+    """Llama.greedy (the steps' graphs replayed back to back, each one's argmax the next one's
+    token) gives the tokens of next_token in a loop at any look-ahead; after an early stop the
+    model decodes on from where it stopped."""
+    config = _stories15m(6)
+    model = Llama(config, lf.random_weights(config, seed=3, scale=0.3), target="cuda", cache_dir=cache_dir)
+    want, token = [], 1
+    for pos in range(40):
+        token = model.next_token(token, pos)
+        want.append(token)
+    assert len(set(want)) > 5  # a sequence that can tell orders apart
+    for ahead in (1, 3, 8):
+        assert list(model.greedy(1, 0, 40, ahead=ahead)) == want, ahead
+    chain = model.greedy(1, 0, 40)
+    first = [next(chain) for _ in range(5)]
+    chain.close()  # steps queued past position 4 have run
+    assert first == want[:5]
+    assert list(model.greedy(want[4], 5, 35)) == want[5:]
+    with pytest.raises(ValueError, match="context"):
+        list(model.greedy(1, config.seq_len - 2, 3))
+
+
 @slow
 def test_greedy_32_tokens_match_the_reference(cache_dir):
     vocab, scores = lf.byte_level_vocab([b" t", b"he", b"in", b"ing", b"th", b" a", b"on"])

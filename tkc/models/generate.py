@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from tkc.models.llama_files import Tokenizer
 from tkc.models.sampler import Sampler
@@ -32,7 +32,8 @@ class Generation:
 
 def generate(step: Callable[[int, int], object], tokenizer: Tokenizer, sampler: Sampler, prompt: str,
              steps: int, seq_len: int, emit: Callable[[bytes], None] | None = None,
-             next_token: Callable[[int, int], int] | None = None) -> Generation:
+             next_token: Callable[[int, int], int] | None = None,
+             greedy: Callable[[int, int, int], Iterator[int]] | None = None) -> Generation:
     """Run run.c's loop.
 
     Args:
@@ -46,6 +47,9 @@ def generate(step: Callable[[int, int], object], tokenizer: Tokenizer, sampler: 
         next_token: `next_token(token, pos) -> id`, the step and its argmax in one call
             (tkc.models.llama.Llama.next_token); used instead of `step` and the sampler when the
             sampler is greedy (temperature 0), with the same tokens.
+        greedy: `greedy(token, pos, count)` yielding the greedy tokens of positions pos + 1 ..
+            pos + count (tkc.models.llama.Llama.greedy, which queues the steps ahead of the
+            host); used after the prompt when the sampler is greedy, with the same tokens.
 
     Returns:
         a Generation.
@@ -56,16 +60,28 @@ def generate(step: Callable[[int, int], object], tokenizer: Tokenizer, sampler: 
     tokens = [token]
     pieces: list[bytes] = []
     start = None
-    greedy = next_token is not None and sampler.temperature == 0.0
-    while pos < steps:
-        if greedy:
-            best = next_token(token, pos)
-            nxt = prompt_tokens[pos + 1] if pos < len(prompt_tokens) - 1 else best
-        else:
-            logits = step(token, pos)
-            nxt = prompt_tokens[pos + 1] if pos < len(prompt_tokens) - 1 else sampler(logits)
+    argmax = sampler.temperature == 0.0
+
+    def successors():
+        """The token after each position in turn: the prompt's, then the sampler's."""
+        tok = token
+        for p in range(steps):
+            if argmax and greedy is not None and p >= len(prompt_tokens) - 1:
+                yield from greedy(tok, p, steps - p)
+                return
+            if argmax and next_token is not None:
+                best = next_token(tok, p)
+                tok = prompt_tokens[p + 1] if p < len(prompt_tokens) - 1 else best
+            else:
+                logits = step(tok, p)
+                tok = prompt_tokens[p + 1] if p < len(prompt_tokens) - 1 else sampler(logits)
+            yield tok
+
+    chain = successors()
+    for nxt in chain:
         pos += 1
         if nxt == BOS:
+            chain.close()
             break
         piece = tokenizer.safe_piece(tokenizer.decode(token, nxt))
         pieces.append(piece)

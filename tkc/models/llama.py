@@ -178,7 +178,7 @@ class Llama:
 
         self.reset()
         return generate(self.step, tokenizer, Sampler(self.c.vocab_size, temperature, topp, seed), prompt, steps,
-                        self.c.seq_len, emit, next_token=self.next_token)
+                        self.c.seq_len, emit, next_token=self.next_token, greedy=self.greedy)
 
     def _quantize(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         from tkc.models.llama_files import quantize_q80
@@ -218,6 +218,56 @@ class Llama:
         torch.cuda.current_stream().synchronize()
         return int(self._next_host[0])
 
+    def greedy(self, token: int, pos: int, count: int, ahead: int = 8):
+        """Greedy decoding from `token` at `pos`: yields the tokens of positions pos + 1 ..
+        pos + count, each the argmax of the step before (the same tokens as `next_token` in a
+        loop). On the GPU the step's graph ends by writing its argmax where the next step reads
+        its token and advancing the position, so the replays queue back to back, up to `ahead`
+        steps in advance of the host, and each token comes back by its own copy: the GPU does
+        not wait for the host between tokens. Stopping early (closing the generator) waits for
+        the queued steps; their positions' cache rows are written, as any later step rewrites
+        them. Raises ValueError for a position outside the context, a token outside the
+        vocabulary or positions past the context (pos + count > seq_len)."""
+        if pos + count > self.c.seq_len:
+            raise ValueError(f"positions {pos} .. {pos + count - 1} pass the model's context of {self.c.seq_len}")
+        if count <= 0:
+            return
+        if not self.graph or self._graph is None:  # the first GPU step captures the graph
+            token = self.next_token(token, pos)
+            yield token
+            pos, count = pos + 1, count - 1
+        if not self.graph:
+            for p in range(pos, pos + count):
+                token = self.next_token(token, p)
+                yield token
+            return
+        ahead = max(1, min(ahead, count))
+        ring = torch.zeros(ahead, dtype=torch.int32, pin_memory=True)
+        done = [torch.cuda.Event() for _ in range(ahead)]
+        queued = taken = 0
+
+        def queue():
+            nonlocal queued
+            slot = queued % ahead
+            self._graph.replay()
+            ring[slot:slot + 1].copy_(self._ids, non_blocking=True)
+            done[slot].record()
+            queued += 1
+
+        try:
+            if count:
+                self._set_inputs(token, pos)
+            while taken < count:
+                while queued < count and queued - taken < ahead:
+                    queue()
+                slot = taken % ahead
+                done[slot].synchronize()
+                taken += 1
+                yield int(ring[slot])
+        finally:
+            if queued:
+                done[(queued - 1) % ahead].synchronize()  # nothing still copies into `ring`
+
     def _set_inputs(self, token: int, pos: int) -> None:
         """Put the token id and the position where the kernels read them; ValueError for a
         position outside the context or a token outside the vocabulary."""
@@ -245,6 +295,10 @@ class Llama:
         with torch.cuda.graph(self._graph), launch:  # the kernels check token and position themselves
             self._logits = self.forward(self._pos)  # captured, not run
             self._next = torch.argmax(self._logits).view(1)
+            # the next step's inputs, for `greedy`'s chained replays: its token is this argmax,
+            # its position one more (`step` and `next_token` set both before each replay)
+            self._ids.copy_(self._next)
+            self._pos.add_(1)
         return logits
 
     def forward(self, pos) -> torch.Tensor:
