@@ -128,20 +128,6 @@ __device__ __forceinline__ void tk_pdl_enter() {
 #endif
 }
 
-// The two halves of tk_pdl_enter for a kernel with early reads (`early_reads`): its successor
-// may start launching at once; loads of inputs no earlier kernel writes (weights) are issued,
-// then the kernel waits before its first other access.
-__device__ __forceinline__ void tk_pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void tk_pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 // A memory word of BYTES bytes: vectorized global and shared accesses move one per instruction.
 template <int BYTES> struct tk_word;
 template <> struct tk_word<16> { using type = uint4; };

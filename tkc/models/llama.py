@@ -37,10 +37,6 @@ from tkc.models.llama_files import Config, Weights
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DTYPES = ("f32", "f16", "int8")
-# per kernel, the inputs that are weights: no kernel of a step writes them, so under programmatic
-# dependent launch their loads may run before the wait for the kernel before (`early_reads`)
-EARLY_READS = {"qkv_rope": ("WQ", "WK", "WV", "G"), "rmsnorm_matmul": ("W", "G"), "matmul_residual": ("W",),
-               "rmsnorm_ffn_gate": ("W1", "W3", "G"), "matmul_q8": ("W", "S")}
 
 
 def example_variant(name: str, workdir: str, retype: dict[str, str] | None = None) -> str:
@@ -88,9 +84,6 @@ class Llama:
             runs the kernels one by one and captures them; later steps replay the graph.
         programmatic: capture the graph's kernels with programmatic dependent launch
             (tkc.programmatic_launch; default: on with the `cuda` target, which alone has it).
-        early: with programmatic launch, the GEMVs load their weights (never written by a
-            step) before they wait for the kernel before them (`tkc.compile(...,
-            early_reads=...)`; default: on with programmatic launch).
 
     `step(token, pos)` returns the logits [vocab_size] (f32) after token `token` at position
     `pos`; positions are fed in order from 0 (the KV caches hold what earlier steps wrote).
@@ -99,8 +92,7 @@ class Llama:
     """
 
     def __init__(self, config: Config, weights: Weights, target: str | None = None, cache_dir: str | None = None,
-                 dtype: str = "f32", graph: bool | None = None, programmatic: bool | None = None,
-                 early: bool | None = None):
+                 dtype: str = "f32", graph: bool | None = None, programmatic: bool | None = None):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.c = c = config
@@ -125,10 +117,8 @@ class Llama:
                              ("rmsnorm_matmul", {"W": "f16"} if f16 else None, {}),
                              ("matmul_residual", {"W": "f16"} if f16 else None, {}),
                              ("rmsnorm_ffn_gate", {"W1": "f16", "W3": "f16"} if f16 else None, {})]
-        self.early = self.programmatic if early is None else bool(early) and self.programmatic
         self.k = {name: tkc.compile(example_variant(name, work, retype), target=self.target, cache_dir=cache_dir,
-                                    early_reads=EARLY_READS.get(name, ()) if self.early else (), **consts)
-                  for name, retype, consts in plan}
+                                    **consts) for name, retype, consts in plan}
         self.w = {n: getattr(weights, n).to(device=device, dtype=torch.float32).contiguous()
                   for n in ("token_embedding", "rms_att", "rms_ffn", "rms_final")}
         # q, k and v come from one GEMV over their weights stacked by rows (wqkv); with int8, so do
