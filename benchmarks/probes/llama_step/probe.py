@@ -1,7 +1,7 @@
 """Probe (issue 11): where one decode step of tkc.models.llama goes on the GPU.
 
-For each model and dtype: the captured step's graph replay time (CUDA events over REPS replays at
-a fixed position, no host work between them); the sum of its kernels' own durations from
+For each model and dtype: the captured step's graph replay time (CUDA events over batches of 20
+replays from position POS, each replay the next position, no host work between them); the sum of its kernels' own durations from
 torch.profiler (CUPTI) over the same replays, per kernel name, so that replay - sum is the time
 between kernels; and the same step with every layer reading layer 0's weights ("l2": each
 layer's weight matrices, a few MB, stay in L2 between layers, so the GEMVs read L2 instead of
@@ -26,31 +26,39 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 
-def replay_us(model, reps: int) -> float:
+def replay_us(model, reps: int, pos: int | None = None, batch: int = 20) -> float:
+    """Median us per replay over batches of `batch` replays. The step's graph advances the
+    position it reads (greedy decoding's queue), so each batch starts again at `pos` (the copy
+    that sets it runs before the batch's first event): positions pos .. pos + batch - 1."""
     import torch
 
     g = model._graph
+    token = int(model._ids[0]) if pos is not None else 0
     for _ in range(10):
         g.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
-    for _ in range(5):
+    for _ in range(max(1, reps // batch)):
+        if pos is not None:
+            model._set_inputs(token, pos)
         start.record()
-        for _ in range(reps):
+        for _ in range(batch):
             g.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / reps)
+        times.append(start.elapsed_time(end) * 1e3 / batch)
     times.sort()
     return times[len(times) // 2]
 
 
-def kernel_table(model, reps: int):
-    """{kernel name: (calls per step, us per step)} from torch.profiler over `reps` replays."""
+def kernel_table(model, reps: int, pos: int):
+    """{kernel name: (calls per step, us per step)} from torch.profiler over `reps` replays
+    (positions pos .. pos + reps - 1)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     g = model._graph
+    model._set_inputs(int(model._ids[0]), pos)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
@@ -94,7 +102,7 @@ def argmax_forms(vocab: int = 32000) -> None:
         class M:
             _graph = g
 
-        print(f"argmax {name}: {replay_us(M, 20) / 20:.2f} us per call (graph of 20)")
+        print(f"argmax {name}: {replay_us(M, 100) / 20:.2f} us per call (graph of 20)")
 
 
 def main(argv=None) -> int:
@@ -137,8 +145,8 @@ def main(argv=None) -> int:
                 for pos in range(args.pos):
                     token = model.next_token(token, pos)
                 model._set_inputs(token, args.pos)
-                us = replay_us(model, args.reps)
-                table = kernel_table(model, min(args.reps, 50))
+                us = replay_us(model, args.reps, args.pos)
+                table = kernel_table(model, 20, args.pos)
                 busy = sum(t for _, t in table.values())
                 calls = sum(c for c, _ in table.values())
                 rows.append((label, dtype, form, us, busy, calls, floor_us))
