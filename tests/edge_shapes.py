@@ -86,6 +86,9 @@ SPECS: dict[str, Spec] = {
     "examples/qkv_rope.tk": Spec({"K": 100, "D": 64, "KVD": 64, "S": 5}, {"HD": 16, "BD": 4, "BK": 32},
                                  {"K": "BK"}, multiple_of={"D": "HD", "KVD": "HD"},
                                  variants=({"BD": 8, "threads": 32}, {"KVD": 32}, {"BD": 2, "BK": 128})),
+    # one block holds the row (V <= BV): `ints` gives ties (the first index must win)
+    "examples/argmax.tk": Spec({"V": 300}, {"BV": 512, "threads": 64}, {"V": 128}, at_most_one_tile=("V",),
+                               variants=({"BV": 300},)),
     "examples/silu_mul.tk": Spec({"B": 3, "H": 72}, {"BN": 32, "threads": 32}, {"B": 1, "H": "BN"}),
     # runtime scalar `pos`: the inputs alternate between its largest allowed value and 0
     "examples/rope.tk": Spec({"B": 3, "D": 64}, {"HD": 16}, {"B": 1, "D": "HD"}, multiple_of={"D": "HD"},

@@ -13,7 +13,8 @@ classifier. With int8 weights the GEMVs are `matmul_q8.tk` (q/k/v stacked, w1/w3
 them. Between kernels only views of the same memory change shape ([D, 1] GEMV outputs read as
 [1, D] rows).
 
-On the GPU the whole step is one CUDA graph: the token id and the position live in one-element
+On the GPU the whole step is one CUDA graph, ending with `argmax.tk` (the logits' argmax written
+where the next step reads its token id, for greedy decoding): the token id and the position live in one-element
 int32 device tensors that the kernels read when they run (runtime scalars passed as tensors,
 docs/LANGUAGE.md), so the graph captured at the first step replays at every later one after two
 host-to-device writes; the Python and launch cost of each kernel is paid once, at capture. On
@@ -149,10 +150,15 @@ class Llama:
         self._step_host = torch.zeros(8, dtype=torch.int32, pin_memory=pinned)
         self._copied = torch.cuda.Event() if pinned else None  # the last copy out of _step_host
         self._next = None  # the graph's argmax of the logits (greedy decoding)
-        self._next_host = torch.zeros(1, dtype=torch.int64, pin_memory=pinned)
+        self._next_host = torch.zeros(1, dtype=torch.int32, pin_memory=pinned)
         self.graph = device == "cuda" if graph is None else bool(graph)
         if self.graph and device != "cuda":
             raise ValueError(f"graph=True needs a GPU target (cuda or tilelang), got {self.target!r}")
+        # the graph's argmax of the logits: one block holding the row (H100, 2026-11-26: 8.5 us
+        # for torch.argmax over 32000 logits in a graph, plus a copy into the token id)
+        bv = max(1024, 1 << (c.vocab_size - 1).bit_length())
+        self._argmax = tkc.compile(example_variant("argmax", work), target=self.target, cache_dir=cache_dir, BV=bv,
+                                   threads=min(1024, bv // 8)) if self.graph else None
         self._graph = None  # torch.cuda.CUDAGraph of one step, captured at the first step
         self._logits = None  # the graph's output
 
@@ -289,15 +295,17 @@ class Llama:
         """The first GPU step: run the kernels (compiling and loading them), then capture them
         and the logits' argmax in one CUDA graph; the logits of the run."""
         logits = self.forward(self._pos)  # compiles the kernels (tensor-scalar forms) and loads them
+        self._argmax(logits.view(1, -1), torch.zeros(1, 1, dtype=torch.int32, device=logits.device))
         torch.cuda.synchronize()
         self._graph = torch.cuda.CUDAGraph()
         launch = cuda_runtime.programmatic_launch() if self.programmatic else contextlib.nullcontext()
         with torch.cuda.graph(self._graph), launch:  # the kernels check token and position themselves
             self._logits = self.forward(self._pos)  # captured, not run
-            self._next = torch.argmax(self._logits).view(1)
-            # the next step's inputs, for `greedy`'s chained replays: its token is this argmax,
-            # its position one more (`step` and `next_token` set both before each replay)
-            self._ids.copy_(self._next)
+            # the next step's inputs, for `greedy`'s chained replays: its token is the logits'
+            # argmax (examples/argmax.tk writes it where the embedding reads the token id), its
+            # position one more (`step` and `next_token` set both before each replay)
+            self._argmax(self._logits.view(1, -1), self._ids.view(1, 1))
+            self._next = self._ids
             self._pos.add_(1)
         return logits
 
