@@ -834,6 +834,11 @@ def _apply(fn: str, args: list[str], dtype: str) -> str:
     if fn in ("rsub", "rdiv"):  # the scalar on the left
         return f"{args[1]} {binary[fn[1:]]} {x}"
     if fn in COMPARE:
+        if x == args[1] and "float" in dtype:
+            # TVM's simplifier folds `x != x` to False and `x == x`, `x <= x` to True, which a
+            # NaN contradicts: say what IEEE says (x < x and x > x are False either way)
+            return {"ne": f"T.isnan({x})", "eq": f"not T.isnan({x})", "le": f"not T.isnan({x})",
+                    "ge": f"not T.isnan({x})"}.get(fn, "False")
         return f"{x} {COMPARE[fn]} {args[1]}"
     if fn == "where":
         return f"T.if_then_else({x}, {args[1]}, {args[2]})"

@@ -115,6 +115,7 @@ SPECS: dict[str, Spec] = {
                                           dists=("normal", "negative", "offset", "ints")),
     "tests/programs/reduce.tk": Spec({"M": 40, "N": 40}, {"BM": 16}, {"M": "BM", "N": 16}),
     "tests/programs/row_sum_loop.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
+    "tests/programs/self_compare.tk": Spec({"N": 72}, {"BN": 32}, {"N": "BN"}),
     "tests/programs/compare_where.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
     "tests/programs/dim_exprs.tk": Spec({"M": 40, "H": 24}, {"BM": 16}, {"M": "BM"}),
     "tests/programs/rank_broadcast.tk": Spec({"M": 40, "N": 72}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
