@@ -242,16 +242,16 @@ class Llama:
         vocabulary or positions past the context (pos + count > seq_len)."""
         if pos + count > self.c.seq_len:
             raise ValueError(f"positions {pos} .. {pos + count - 1} pass the model's context of {self.c.seq_len}")
-        if count <= 0:
-            return
-        if not self.graph or self._graph is None:  # the first GPU step captures the graph
-            token = self.next_token(token, pos)
-            yield token
-            pos, count = pos + 1, count - 1
-        if not self.graph:
+        if not self.graph:  # the CPU targets: one step at a time
             for p in range(pos, pos + count):
                 token = self.next_token(token, p)
                 yield token
+            return
+        if self._graph is None and count > 0:  # the first GPU step captures the graph
+            token = self.next_token(token, pos)
+            yield token
+            pos, count = pos + 1, count - 1
+        if count <= 0:
             return
         ahead = max(1, min(ahead, count))
         ring = torch.zeros(ahead, dtype=torch.int32, pin_memory=True)
@@ -267,8 +267,7 @@ class Llama:
             queued += 1
 
         try:
-            if count:
-                self._set_inputs(token, pos)
+            self._set_inputs(token, pos)
             while taken < count:
                 while queued < count and queued - taken < ahead:
                     queue()

@@ -88,7 +88,6 @@ LLAMA110M = [
     ("attention_split", _ATT, {"pos": 511}, [{}, {"SPLIT": 2}, {"SPLIT": 8, "BT": 64, "threads": 256},
                                              {"SPLIT": 4, "BT": 32, "threads": 128}], ""),
     ("rope", {"B": 1, "D": 1536}, {"pos": 63}, [{"HD": 64}, {"HD": 64, "BR": 1}, {"HD": 64, "BR": 1, "threads": 64}], ""),
-    ("kv_store", {"KVD": 768, "S": 1024}, {"pos": 63}, [{}, {"BN": 256}, {"BN": 256, "threads": 32}], ""),
     ("rmsnorm", {"B": 1, "N": 768}, {}, [{"BR": 1}, {"BR": 1, "threads": 256}, {"BR": 1, "threads": 128}], ""),
     ("rmsnorm_matmul", {"D": 2304, "K": 768}, {}, [{}, {"BD": 2}, {"BD": 8}, {"BK": 256}, {"BD": 2, "BK": 256},
                                                    {"BD": 8, "BK": 1024, "threads": 256}, {"threads": 64}], "f16"),

@@ -26,21 +26,20 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 
-def replay_us(model, reps: int, pos: int | None = None, batch: int = 20) -> float:
+def replay_us(model, reps: int, pos: int, batch: int = 20) -> float:
     """Median us per replay over batches of `batch` replays. The step's graph advances the
     position it reads (greedy decoding's queue), so each batch starts again at `pos` (the copy
     that sets it runs before the batch's first event): positions pos .. pos + batch - 1."""
     import torch
 
     g = model._graph
-    token = int(model._ids[0]) if pos is not None else 0
+    token = int(model._ids[0])
     for _ in range(10):
         g.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(max(1, reps // batch)):
-        if pos is not None:
-            model._set_inputs(token, pos)
+        model._set_inputs(token, pos)
         start.record()
         for _ in range(batch):
             g.replay()
@@ -74,34 +73,21 @@ def kernel_table(model, reps: int, pos: int):
 
 
 def argmax_forms(vocab: int = 32000) -> None:
-    """Graph-replay time of ways to take the argmax of the logits [vocab] f32 (the step's last
-    op in greedy decoding)."""
+    """Time of ways to take the argmax of the logits [vocab] f32 (the step's last op in greedy
+    decoding), replayed from a CUDA graph (tkc.bench.graph_ms)."""
     import torch
 
-    x = torch.randn(vocab, device="cuda")
-
     import tkc
+    from tkc.bench import Timer, graph_ms
 
-    k = tkc.compile(os.path.join(ROOT, "examples", "argmax.tk"), target="cuda")
+    x = torch.randn(1, vocab, device="cuda")
     out = torch.zeros(1, 1, dtype=torch.int32, device="cuda")
-    forms = {"torch.argmax": lambda: torch.argmax(x), "max(dim=0)": lambda: torch.max(x, 0)[1],
-             "examples/argmax.tk (cuda)": lambda: k(x.view(1, -1), out)}
+    k = tkc.compile(os.path.join(ROOT, "examples", "argmax.tk"), target="cuda")
+    forms = {"torch.argmax": lambda x: torch.argmax(x), "max(dim=1)": lambda x: torch.max(x, 1)[1],
+             "examples/argmax.tk (cuda)": lambda x: k(x, out)}
     for name, fn in forms.items():
-        assert int(fn().reshape(())) == int(torch.argmax(x)), name
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            fn()
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            for _ in range(20):
-                fn()
-
-        class M:
-            _graph = g
-
-        print(f"argmax {name}: {replay_us(M, 100) / 20:.2f} us per call (graph of 20)")
+        assert int(fn(x).reshape(())) == int(torch.argmax(x)), name
+        print(f"argmax {name}: {graph_ms(Timer(False, 25, 100), fn, [(x,)], 20) * 1e3:.2f} us per call")
 
 
 def main(argv=None) -> int:
