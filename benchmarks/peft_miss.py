@@ -6,7 +6,8 @@ A `torch.nn.Linear(K, N)` wrapped by PEFT 0.21.2 with a MiSS adapter (balance fo
 * `peft`: PEFT's own forward of the layer (base GEMM + shard sum + product + add);
 * `tkc`: the same layer after `tkc.integrations.peft.enable` (base GEMM from torch, then
   examples/peft_miss.tk: shard sum, product and add in one kernel, M dynamic, the decomposition
-  chosen per M bucket by the cost model);
+  chosen per M bucket by the cost model; at M = 1 on `tilelang` the whole layer in one kernel,
+  examples/peft_miss_linear.tk);
 * `peft adapter` / `tkc adapter`: the adapter branch alone, its add into the base output
   included: PEFT's ops (pad, reshape, sum, matmul, add) on a given base output vs `add_miss`.
 
@@ -27,6 +28,7 @@ import json
 import math
 import multiprocessing
 import os
+import statistics
 import sys
 import tempfile
 
@@ -133,6 +135,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ms", default=None, help="comma-separated token counts")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "peft_miss.json"))
     ap.add_argument("--jobs", type=int, default=14)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds per variant (median kept)")
     ap.add_argument("--target", default="tilelang", choices=("tilelang", "cuda"),
                     help="tkc's GPU target for the layer and the adapter (default tilelang)")
     args = ap.parse_args(argv)
@@ -172,18 +175,26 @@ def main(argv=None) -> int:
                     want = reference(xs[0], miss, r)
                     errs = {"peft": oracle.rel_error(model(xs[0]), want),
                             "peft adapter": oracle.rel_error(peft_adapter(ys[0], xs[0], block, r), want)}
-                    times = {"peft": timed(lambda i: model(xs[i])),
-                             "peft adapter": timed(lambda i: peft_adapter(ys[i], xs[i], block, r))}
-                    tkc_peft.enable(model, target=target, cache_dir=cache)
-                    try:  # the first call compiles every bucket's choice (prewarmed on the GPU)
-                        errs["tkc"] = oracle.rel_error(model(xs[0]), want)
-                        errs["tkc adapter"] = oracle.rel_error(tkc_peft.add_miss(ys[0], xs[0], block, target, cache),
-                                                               want)
-                        times["tkc"] = timed(lambda i: model(xs[i]))
-                        times["tkc adapter"] = timed(lambda i: tkc_peft.add_miss(ys[i], xs[i], block, target, cache))
-                    finally:
-                        tkc_peft.disable(model)
-                row = {"dtype": dt, "M": m, "K": k, "N": n, "R": r, "times_us": times, "rel_err": errs, "tol": tol,
+                    rounds: dict[str, list] = {}
+                    # the variants alternate over `--rounds` rounds and each keeps the median of its
+                    # rounds: the small-M rows are the host's time, which drifts within a run
+                    for _ in range(args.rounds):
+                        rounds.setdefault("peft", []).append(timed(lambda i: model(xs[i])))
+                        rounds.setdefault("peft adapter", []).append(timed(lambda i: peft_adapter(ys[i], xs[i], block, r)))
+                        tkc_peft.enable(model, target=target, cache_dir=cache)
+                        try:  # the first call compiles every bucket's choice (prewarmed on the GPU)
+                            if "tkc" not in errs:
+                                errs["tkc"] = oracle.rel_error(model(xs[0]), want)
+                                errs["tkc adapter"] = oracle.rel_error(
+                                    tkc_peft.add_miss(ys[0], xs[0], block, target, cache), want)
+                            rounds.setdefault("tkc", []).append(timed(lambda i: model(xs[i])))
+                            rounds.setdefault("tkc adapter", []).append(
+                                timed(lambda i: tkc_peft.add_miss(ys[i], xs[i], block, target, cache)))
+                        finally:
+                            tkc_peft.disable(model)
+                    times = {name: statistics.median(ts) for name, ts in rounds.items()}
+                row = {"dtype": dt, "M": m, "K": k, "N": n, "R": r, "times_us": times, "rounds_us": rounds,
+                       "rel_err": errs, "tol": tol,
                        "ok": all(e <= tol for e in errs.values()),
                        "layer_speedup": times["peft"] / times["tkc"],
                        "adapter_speedup": times["peft adapter"] / times["tkc adapter"]}

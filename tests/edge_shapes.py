@@ -49,6 +49,13 @@ SPECS: dict[str, Spec] = {
                                   {**_MISS, "K": "R"}, variants=({"NS": 2, "STAGE_C": 1},)),
     "examples/peft_miss_bf16.tk": Spec({"M": 40, "N": 72, "K": 100, "R": 16}, {"BM": 16, "BN": 32, "stages": 3},
                                        {**_MISS, "K": "R"}, variants=({"NS": 3, "STAGE_C": 1},)),
+    # the whole PEFT MiSS layer at a few tokens: a GEMV over W's rows (BD) and K (BK), then the
+    # shard sum U shards per trip (K = 100 leaves a partial trip in both loops); U = 1, BD = 2 are
+    # the other layouts
+    "examples/peft_miss_linear.tk": Spec({"M": 3, "N": 70, "K": 100, "R": 16}, {"BD": 4, "BK": 32, "U": 2},
+                                         {"N": "BD", "K": "BK"}, variants=({"U": 1, "BD": 2},)),
+    "examples/peft_miss_linear_bf16.tk": Spec({"M": 3, "N": 70, "K": 100, "R": 16}, {"BD": 4, "BK": 32, "U": 2},
+                                              {"N": "BD", "K": "BK"}, variants=({"U": 1, "BD": 2},)),
     # M dynamic (one compile for every M); NS = 2 leaves the second slice's last N tile wholly
     # past N (guarded), threads = 256 and STAGE_C = 0 are the other layouts; U = 1 one shard per
     # trip (the file's U = 4 takes K = 100 in two trips of 64, the second partial)

@@ -108,6 +108,20 @@ def spy(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def spy_linear(monkeypatch):
+    """Counts the calls that ran the whole layer on one tkc kernel (tkc_peft.miss_linear)."""
+    calls = []
+    real = tkc_peft.miss_linear
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tkc_peft, "miss_linear", counted)
+    return calls
+
+
 def run(model, x):
     with torch.inference_mode():
         return model(x)
@@ -137,6 +151,70 @@ def test_matches_peft_and_float64(spy, form, dtype):
     assert all("forward" not in m.__dict__ for m in miss_layers(model).values())
     assert torch.equal(run(model, x), want)
     assert len(spy) == 2
+
+
+class TinyNoBias(Tiny):
+    """Tiny with a base Linear without bias (the fused kernel then adds zeros)."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(40, 48, bias=False)
+
+
+@pytest.mark.parametrize("form", ["balance", "mini"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_one_token_runs_the_whole_layer_in_one_kernel(spy, spy_linear, form, dtype):
+    """At M = 1 both layers run examples/peft_miss_linear.tk (base GEMV + bias + adapter): the
+    result must match PEFT's forward and float64; a missing bias or adapter term, or a GEMV that
+    drops a part of K (40 and 48 are not multiples of BK), lands far outside the tolerance."""
+    dt = DTYPES[dtype]
+    model = miss_model(dt, form)
+    x = torch.randn(1, 1, 40).to(dt)  # (batch, seq, features): one token
+    want = run(model, x)
+    tkc_peft.enable(model, target="interp")
+    got = run(model, x)
+    assert len(spy_linear) == 2 and spy_linear[0] == (1, 1, 40) and spy_linear[1] == (1, 1, 48) and not spy
+    assert got.dtype == dt and got.shape == (1, 1, 24)
+    ref = reference64(model, x)
+    assert oracle.rel_error(want, ref) <= tolerance(dt), "PEFT itself is outside the tolerance"
+    assert oracle.rel_error(got, ref) <= tolerance(dt)
+    assert oracle.rel_error(got, want) <= tolerance(dt)
+    with model.disable_adapter():  # the adapter counts (so does the bias: nn.Linear's init, 0.1-0.2)
+        assert oracle.rel_error(run(model, x), ref) > 0.5
+    run(model, x[0])  # a 2-D input [1, 40]: one token too
+    assert len(spy_linear) == 4 and not spy
+    run(model, torch.randn(2, 40).to(dt))  # two tokens: torch's base product, then the adapter kernel
+    assert len(spy_linear) == 4 and len(spy) == 2
+    tkc_peft.disable(model)
+
+
+def test_one_token_without_a_bias(spy_linear):
+    model = miss_model(torch.float16, module=TinyNoBias)
+    x = torch.randn(1, 40).half()
+    want = run(model, x)
+    tkc_peft.enable(model, target="interp")
+    got = run(model, x)
+    assert len(spy_linear) == 2
+    layer = miss_layers(model)["base_model.model.up"]
+    assert layer._tkc_miss.zero_bias is not None and not layer._tkc_miss.zero_bias.any()
+    assert oracle.rel_error(got, want) <= tolerance(torch.float16)
+    assert oracle.rel_error(got, reference64_nobias(model, x)) <= tolerance(torch.float16)
+    tkc_peft.disable(model)
+
+
+def reference64_nobias(model, x):
+    """reference64 for TinyNoBias (its `up` has no bias)."""
+    y = x.double()
+    for name in ("up", "down"):
+        layer = miss_layers(model)[f"base_model.model.{name}"]
+        w = layer.base_layer.weight.double()
+        b = layer.base_layer.bias.double() if layer.base_layer.bias is not None else 0.0
+        k = y.shape[-1]
+        shards = F.pad(y, (0, (-k) % R)).reshape(*y.shape[:-1], -1, R).sum(-2)
+        y = y @ w.T + b + shards @ layer.miss_block["default"].double()
+        if name == "up":
+            y = torch.relu(y)
+    return y
 
 
 def test_the_mini_block_is_expanded_once_and_again_after_a_change(spy):
@@ -265,6 +343,17 @@ def test_user_errors():
         tkc_peft.add_miss(torch.zeros(3, 24), x, block, "interp")
     with pytest.raises(ValueError, match="runs on CUDA tensors"):
         tkc_peft.add_miss(torch.zeros(3, 24, dtype=torch.float16), x, block, "tilelang")
+    w, b = torch.zeros(24, 40, dtype=torch.float16), torch.zeros(24, dtype=torch.float16)
+    with pytest.raises(ValueError, match="do not fit"):
+        tkc_peft.miss_linear(x, w[:, :39], b, block, "interp")
+    with pytest.raises(ValueError, match="do not fit"):
+        tkc_peft.miss_linear(x, w, b[:23], block, "interp")
+    with pytest.raises(ValueError, match="one dtype"):
+        tkc_peft.miss_linear(x, w.float(), b, block, "interp")
+    with pytest.raises(ValueError, match="runs on CUDA tensors"):
+        tkc_peft.miss_linear(x, w, b, block, "cuda")
+    with pytest.raises(ValueError, match="the kernels are f16 and bf16"):
+        tkc_peft.linear_kernel_for(torch.float32, "interp")
     assert tkc_peft.default_target() == ("tilelang" if torch.cuda.is_available() else "interp")
 
 

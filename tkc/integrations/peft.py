@@ -26,6 +26,13 @@ x is cast to the block's dtype first; with several active adapters PEFT adds eac
 term in turn (padding and casting x cumulatively); a merged adapter is already in W; with the
 adapters disabled the output is base(x).
 
+At one token (M = 1, decoding) on `tilelang` and the CPU targets the whole layer is one tkc kernel instead: the base GEMV, its bias
+and the adapter (examples/peft_miss_linear.tk, or its bf16 twin, with the file's constants),
+where torch's path takes two cuBLAS kernels and tkc's adapter kernel behind them, each called
+from Python (H100, 2026-11-26: a layer call 15.9-35.5 us against 22.1-63.6 us for torch's base
+plus the adapter kernel; docs/PERFORMANCE.md, "PEFT MiSS layer at one token"). From M = 2 its
+W is read once per token and the base product stays torch's.
+
 When the tkc kernel runs (else the layer runs PEFT's own forward, unchanged): the layer is in
 eval mode (`not layer.training`, so dropout is the identity) and no gradient is needed (autograd
 is off, or none of x, `miss_block`, W and bias requires grad: the kernel has no backward);
@@ -58,6 +65,12 @@ from dataclasses import dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # the example that computes (1) plus the base output, per dtype of the layer
 KERNEL_FILES = {"float16": "peft_miss.tk", "bfloat16": "peft_miss_bf16.tk"}
+# the whole layer (base GEMV + bias + adapter) at M <= FUSED_MAX_M tokens, per dtype
+LINEAR_FILES = {"float16": "peft_miss_linear.tk", "bfloat16": "peft_miss_linear_bf16.tk"}
+FUSED_MAX_M = 1  # from M = 2 it reads W once per token: slower than cuBLAS (docs/PERFORMANCE.md)
+# targets that run it: through `cuda` its per-block shard sum made it slower than torch's base
+# product plus the adapter kernel (H100: 38-72 us against 27 at 3072 x 8192)
+FUSED_TARGETS = ("tilelang", "tilelang-cpu", "interp")
 GPU_TARGETS = ("tilelang", "cuda")
 CPU_TARGETS = ("tilelang-cpu",)  # `interp` copies through the CPU and takes tensors anywhere
 _KERNELS: dict[tuple, object] = {}  # (dtype name, target, cache_dir) -> tkc Kernel
@@ -72,6 +85,7 @@ class _State:
     cache_dir: str | None
     previous: object = None
     expanded: tuple | None = None
+    zero_bias: object = None  # the fused kernel's bias for a base Linear without one
 
 
 def _miss_linear():
@@ -113,6 +127,54 @@ def kernel_for(dtype, target: str, cache_dir: str | None = None):
     return _KERNELS[key]
 
 
+def _check_device(x, target: str) -> None:
+    """ValueError when `target` cannot run on x's device."""
+    on_gpu = x.device.type == "cuda"
+    if (target in GPU_TARGETS and not on_gpu) or (target in CPU_TARGETS and on_gpu):
+        where = "CUDA" if target in GPU_TARGETS else "CPU"
+        raise ValueError(f"tkc target `{target}` runs on {where} tensors, but x is on {x.device}: pass "
+                         "target=\"tilelang\" (GPU) or \"interp\" / \"tilelang-cpu\" (CPU) to "
+                         "tkc.integrations.peft.enable")
+
+
+def linear_kernel_for(dtype, target: str, cache_dir: str | None = None):
+    """The tkc Kernel of the whole layer at a few tokens (x @ W.T + bias + form (1)) for `dtype`
+    on `target`, compiled once per process (M dynamic, the file's constants). Raises as
+    `kernel_for`."""
+    import tkc
+
+    name = str(dtype).removeprefix("torch.")
+    if name not in LINEAR_FILES:
+        raise ValueError(f"no tkc MiSS kernel for {dtype}; the kernels are f16 and bf16")
+    key = ("linear", name, target, cache_dir)
+    if key not in _KERNELS:
+        _KERNELS[key] = tkc.compile(os.path.join(ROOT, "examples", LINEAR_FILES[name]), target=target,
+                                    cache_dir=cache_dir, dynamic=("M",))
+    return _KERNELS[key]
+
+
+def miss_linear(x, weight, bias, block, target: str | None = None, cache_dir: str | None = None):
+    """x @ weight.T + bias + sum(pad(x).reshape(..., -1, r), -2) @ block in one tkc kernel: a
+    whole MissLinear layer (form (1) with its base Linear), meant for a few tokens.
+
+    Shapes: x [..., K], weight [N, K], bias [N], block [r, N]; any K >= 1. Dtypes: all f16 or all
+    bf16. Device and targets as `add_miss`. Returns [..., N]. Raises ValueError for mismatched
+    shapes or dtypes; TkError (tkc) for what the kernel itself rejects."""
+    target = target or default_target()
+    lead, k, n = tuple(x.shape[:-1]), x.shape[-1], weight.shape[0]
+    if (weight.dim() != 2 or weight.shape[1] != k or tuple(bias.shape) != (n,) or block.dim() != 2
+            or block.shape[1] != n):
+        raise ValueError(f"miss_linear: x {tuple(x.shape)}, weight {tuple(weight.shape)}, bias {tuple(bias.shape)} "
+                         f"and block {tuple(block.shape)} do not fit x [..., K], weight [N, K], bias [N], block [r, N]")
+    if not x.dtype == weight.dtype == bias.dtype == block.dtype:
+        raise ValueError(f"miss_linear: x, weight, bias and block must have one dtype, got {x.dtype}, "
+                         f"{weight.dtype}, {bias.dtype}, {block.dtype}")
+    _check_device(x, target)
+    m = x.numel() // k if k else 0
+    out = linear_kernel_for(x.dtype, target, cache_dir)(x.reshape(m, k), weight, bias.view(1, n), block)
+    return out.reshape(*lead, n)
+
+
 def add_miss(y, x, block, target: str | None = None, cache_dir: str | None = None):
     """y + sum(pad(x).reshape(..., -1, r), -2) @ block on the tkc kernel: form (1) with its base
     output `y` (a new tensor; `y` is not changed).
@@ -129,12 +191,7 @@ def add_miss(y, x, block, target: str | None = None, cache_dir: str | None = Non
                          f"fit x [..., K], block [r, N], y [..., N]")
     if not x.dtype == y.dtype == block.dtype:
         raise ValueError(f"add_miss: x, block and y must have one dtype, got {x.dtype}, {block.dtype}, {y.dtype}")
-    on_gpu = x.device.type == "cuda"
-    if (target in GPU_TARGETS and not on_gpu) or (target in CPU_TARGETS and on_gpu):
-        where = "CUDA" if target in GPU_TARGETS else "CPU"
-        raise ValueError(f"tkc target `{target}` runs on {where} tensors, but x is on {x.device}: pass "
-                         "target=\"tilelang\" (GPU) or \"interp\" / \"tilelang-cpu\" (CPU) to "
-                         "tkc.integrations.peft.enable")
+    _check_device(x, target)
     m = x.numel() // k if k else 0
     kernel = kernel_for(x.dtype, target, cache_dir)
     out = kernel(x.reshape(m, k), block, y.reshape(m, n))
@@ -194,8 +251,16 @@ def _forward(layer, x, *args, **kwargs):
             return state.previous(x, *args, **kwargs)
         return type(layer).forward(layer, x, *args, **kwargs)
     name, block = active
-    y = layer.base_layer(x)
-    return add_miss(y, x, _expanded(layer, state, name, block), state.target, state.cache_dir)
+    block = _expanded(layer, state, name, block)
+    base = layer.base_layer
+    if x.numel() <= FUSED_MAX_M * x.shape[-1] and state.target in FUSED_TARGETS:  # the whole layer in one kernel
+        bias = base.bias
+        if bias is None:
+            if state.zero_bias is None or state.zero_bias.device != x.device or state.zero_bias.dtype != x.dtype:
+                state.zero_bias = x.new_zeros(base.out_features)
+            bias = state.zero_bias
+        return miss_linear(x, base.weight, bias, block, state.target, state.cache_dir)
+    return add_miss(base(x), x, block, state.target, state.cache_dir)
 
 
 def enable(model, target: str | None = None, cache_dir: str | None = None) -> list[str]:
