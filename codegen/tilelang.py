@@ -2,7 +2,8 @@
 
 The generated file defines one `@T.prim_func` named after the kernel, with the problem dims and
 schedule constants as named module constants and one statement (or one loop nest) per tile op.
-GPU form (`tilelang`): shared tiles are `T.alloc_shared`, register tiles `T.alloc_fragment`,
+GPU form (`tilelang`): shared tiles are `T.alloc_shared`, register tiles `T.alloc_fragment`
+(`T.alloc_shared` in a launch that `registers_in_shared` picks, passes/smem_tilelang.py),
 pipelined loops `T.Pipelined(n, num_stages=...)`, elementwise ops `T.Parallel` loops, and
 `tile.gemm` is `T.gemm` on tensor cores when the tile allows it, otherwise a SIMT loop nest.
 CPU form (`tilelang-cpu`, TileLang's "c" target): every tile is `T.alloc_local`, loops are
@@ -26,7 +27,7 @@ from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
 from codegen.cuda_prelude import CHECK_PRELUDE
 from passes.smem_tilelang import (MMA_MIN, STAGED_LANES, async_copy_ok, gemm_instruction,  # noqa: F401
-                                  mma_fits, row_extent, staged_reduce, thread_reduce)
+                                  mma_fits, registers_in_shared, row_extent, staged_reduce, thread_reduce)
 
 TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64": "T.float64",
              "i8": "T.int8", "i32": "T.int32", "bool": "T.bool"}
@@ -89,11 +90,38 @@ def tilelang_sddmm():
     return sddmm
 
 
-def emit(module: Module, thread_reduce: bool = True) -> str:
+def emit(module: Module, thread_reduce: bool = True, shared_registers: bool = True) -> str:
     """TileLang source for the GPU (`tilelang.compile(..., target="cuda")`). `thread_reduce=False`
     keeps every reduction a serial loop (tkc/runtime.py falls back to it when TileLang finds no
-    layout for a `T.reduce_*`)."""
-    return _Emitter(module, cpu=False, thread_reduce=thread_reduce).run()
+    layout for a `T.reduce_*`); `shared_registers=False` keeps register tiles fragments where
+    `registers_in_shared` would declare them shared (the fallback when TileLang cannot place a
+    barrier between their loops)."""
+    return _Emitter(module, cpu=False, thread_reduce=thread_reduce, shared_registers=shared_registers).run()
+
+
+SHARED_REGISTERS_MARK = "# tkc: this launch's register tiles are shared tiles (registers_in_shared)"
+# TileLang 0.1.15's failure to place a barrier between loops guarded by a thread count that is not
+# a multiple of 32 (rmsnorm at N = 72 with two rows per block: "Condition: tx < 72")
+SHARED_REGISTERS_FAILURES = ("[ThreadSync] Cannot lower a required shared-memory sync",)
+
+
+def registers_shared_failed(source: str, exc: BaseException) -> bool:
+    """Whether TileLang failed on `source` because of the register tiles it declares shared, a
+    barrier it cannot place or a layout it cannot find for the fragments left (softmax over 33
+    columns: its [16, 33, 1] reduction tile); then `emit(module, shared_registers=False)` is the
+    form to compile."""
+    return SHARED_REGISTERS_MARK in source and any(m in str(exc) for m in SHARED_REGISTERS_FAILURES + LAYOUT_FAILURES)
+
+
+def fallback_source(module: Module, source: str, exc: BaseException) -> str | None:
+    """The source to compile after TileLang rejected `source` with `exc`: the fragment form for a
+    barrier it could not place, the serial reductions for a reduction it found no layout for;
+    None when neither applies."""
+    if registers_shared_failed(source, exc):
+        return emit(module, shared_registers=False)
+    if reduce_layout_failed(source, exc) and "T.reduce_" in source:
+        return emit(module, thread_reduce=False, shared_registers=False)
+    return None
 
 
 # TileLang's messages when its layout inference or reduce lowering cannot place a `T.reduce_*`
@@ -162,14 +190,16 @@ def reduce_layout_failed(source: str, exc: BaseException) -> bool:
 
 
 class _Emitter:
-    def __init__(self, module: Module, cpu: bool, thread_reduce: bool = True):
+    def __init__(self, module: Module, cpu: bool, thread_reduce: bool = True, shared_registers: bool = True):
         self.m, self.cpu, self.use_thread_reduce = module, cpu, thread_reduce
+        self.use_shared_registers = shared_registers
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
         self.tensors: dict[str, str] = {}  # IR name of a global tensor -> its Python name
         self.used: set[str] = set()
         self.env = module.env
         self.threads = 128
+        self.registers_shared = False  # the launch's register tiles are declared shared (registers_in_shared)
         self.refs: dict[str, str] = {}  # runtime scalars read from a device tensor -> its parameter
         self.in_flight: dict[int, Value] = {}  # shared tiles a top-level T.async_copy has not been waited for
         self.remote: set[int] = set()  # shared tiles another block of the cluster reads or writes (DSMEM):
@@ -344,12 +374,19 @@ class _Emitter:
             self.line(2, f"{rank} = T.block_rank_in_cluster()")
         allocs = [o for o in op.walk() if o.name == "tile.alloc"]
         alloc_lines = {}
+        # register tiles whose TileLang layout would give a thread whole rows go to shared memory
+        # (passes/smem_tilelang.py `registers_in_shared`)
+        self.registers_shared = (not self.cpu and self.use_shared_registers and self.use_thread_reduce
+                                 and registers_in_shared(op, self.threads))
+        registers = "shared" if self.registers_shared else "fragment"
+        if self.registers_shared:
+            self.line(2, SHARED_REGISTERS_MARK)
         for a in allocs:  # TileLang declares every buffer at the top of the kernel
             alloc_lines[id(a.result)] = len(self.lines)
             t = a.result.type
             # The C target runs one thread: every tile is local. On the GPU, `frag` and `local`
             # tiles are both register tiles that TileLang lays out over the block's threads.
-            kind = "local" if self.cpu else {"shared": "shared", "frag": "fragment", "local": "fragment"}[t.space]
+            kind = "local" if self.cpu else {"shared": "shared", "frag": registers, "local": registers}[t.space]
             self.line(2, f"{self.name(a.result)} = T.alloc_{kind}(({', '.join(self.dims(a.result))},), "
                       f"{TL_DTYPES[t.dtype]})")
         for r in op.walk():
@@ -670,7 +707,11 @@ class _Emitter:
         # (T.copy takes dense regions at offsets it can analyze).
         # So is a float -> int conversion: T.copy's C cast wraps where tkc saturates (`cast`).
         elementwise = (any(st != 1 for st in steps) or _saturates(src, dst)
-                       or any(has_load(o) for o in op.attrs["src_offsets" if load else "dst_offsets"]))
+                       or any(has_load(o) for o in op.attrs["src_offsets" if load else "dst_offsets"])
+                       # a register tile declared shared (registers_in_shared) at a tensor's edge:
+                       # TileLang 0.1.15 moves a shared tile's rows with one bulk (TMA) copy that
+                       # does not stop at the edge (rmsnorm's last block of 2 rows at B = 3)
+                       or (self.registers_shared and tile.type.space in ("frag", "local") and any(checked)))
         if not self.cpu and not elementwise:
             # On the GPU, T.copy converts dtypes and guards accesses past the tensor's edge.
             region = f"{self.name(tensor)}[{', '.join(offsets)}]"

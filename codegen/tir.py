@@ -44,12 +44,14 @@ def emit(module: Module) -> str:
 
     source = tilelang_gpu.emit(module)
     try:
-        try:
-            artifact = lower(source)
-        except Exception as exc:  # no thread layout for a `T.reduce_*`: the serial form (as tkc/runtime.py)
-            if not tilelang_gpu.reduce_layout_failed(source, exc):
-                raise
-            artifact = lower(tilelang_gpu.emit(module, thread_reduce=False))
+        for _ in range(3):
+            try:
+                artifact = lower(source)
+                break
+            except Exception as exc:  # the next form (as tkc/runtime.py)
+                source = tilelang_gpu.fallback_source(module, source, exc)
+                if source is None:
+                    raise
     except Exception as exc:  # no thread layout for a register tile: a located user error
         located = tilelang_gpu.layout_error(module, exc)
         if located is None:

@@ -123,6 +123,7 @@ def _pow2(n: int) -> bool:
 
 
 STAGED_LANES = 32  # lanes per row of a staged reduction: one warp's XOR shuffles
+REGISTERS_SHARED_MAX = 64 * 1024  # bytes: the largest launch `registers_in_shared` moves to shared memory
 
 
 def staged_reduce(op: Op, threads: int) -> bool:
@@ -143,6 +144,36 @@ def staged_reduce(op: Op, threads: int) -> bool:
     except exprs.ExprError:
         return False
     return _pow2(threads) and _pow2(rows) and width >= STAGED_LANES and not _pow2(width)
+
+
+def registers_in_shared(launch: Op, threads: int) -> bool:
+    """Whether codegen/tilelang.py declares every register tile of `launch` with `T.alloc_shared`:
+    a launch with a staged reduction over more than one row (and no gemm, thread reduction,
+    reshape or cluster). The staged reduction's [R, 1] result has one row per 32 lanes, and
+    TileLang 0.1.15 carried that layout into every elementwise loop that broadcasts it, so one
+    or two threads computed a whole row (rmsnorm at N = 768 with two rows per block: each of the
+    1024 threads held `float x[768]`, 90-103 us on an H100 where torch took 2.8-3.4). Shared tiles
+    have no thread layout: every loop over them is split across the block. Only while all of the
+    launch's tiles together take at most REGISTERS_SHARED_MAX bytes: `plan` counts them without
+    reuse (TileLang merges adjacent loops under equal thread guards into one statement and the
+    lifetimes of their tiles with them; modeling lifetimes per statement undercounted rmsnorm at
+    N = 768 by 3 KiB), an upper bound (1.6x rmsnorm's bytes at N = 768, 4.4x softmax's 16 rows of 72)
+    that stays under REGISTERS_SHARED_MAX, so it never rejects a kernel the fragments would run."""
+    if launch.attrs.get("cluster") or "tiles" in launch.attrs:
+        return False
+    staged, nbytes = False, 0
+    for op in launch.walk():
+        if op.name in ("tile.gemm", "tile.sampled_gemm", "tile.reshape", "tile.peer_copy", "tile.peer_store"):
+            return False
+        if op.name == "tile.alloc":
+            nbytes += op.result.type.nbytes({}) * int(op.attrs.get("stages", 1))
+        if op.name == "tile.reduce":
+            if thread_reduce(op, threads):
+                return False
+            if staged_reduce(op, threads):
+                nbytes += staged_bytes(op)
+                staged = staged or op.operands[0].type.concrete_shape({})[0] > 1
+    return staged and nbytes <= REGISTERS_SHARED_MAX
 
 
 def staged_bytes(op: Op) -> int:
@@ -227,7 +258,9 @@ def plan(launch: Op, env: dict[str, int]) -> TlPlan:
     """TileLang's shared-memory layout of `launch` (see the module docstring); shapes are
     evaluated under `env`."""
     threads = exprs.evaluate(exprs.parse(str(launch.attrs.get("threads", "128"))), env)
-    allocs = [op for op in launch.walk() if op.name == "tile.alloc" and op.result.type.space == "shared"]
+    everything = registers_in_shared(launch, threads)  # then every tile lives through the kernel
+    spaces = ("shared", "frag", "local") if everything else ("shared",)
+    allocs = [op for op in launch.walk() if op.name == "tile.alloc" and op.result.type.space in spaces]
     inherited = replicated_tiles(launch, threads)
     work = {}  # id(thread reduce) -> (the op, its workspace bytes), for those that need one
     for op in launch.walk():
@@ -263,6 +296,8 @@ def plan(launch: Op, env: dict[str, int]) -> TlPlan:
     for vid in peer_tiles(launch):
         if vid in spans:
             spans[vid][1] = end
+    if everything:  # TileLang merges their loops, and the tiles' lifetimes with them: a bound
+        spans = {k: [0, end] for k in spans}
     bufs = [TlBuffer(a, a.result.type.nbytes(env), versions.get(id(a.result), int(a.attrs.get("stages", 1))),
                      align.get(id(a.result), ALIGN), *spans[id(a.result)])
             for a in allocs if id(a.result) in spans]

@@ -9,6 +9,7 @@ tests/gpu/test_gpu_quick.py runs every example with reductions against torch thr
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -17,6 +18,7 @@ from passes import smem_tilelang
 from tkc import driver
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # test_smem_fit's TileLang lowering
 
 
 def _module(path: str, **values):
@@ -47,6 +49,99 @@ def test_rows_tilelang_cannot_shuffle_are_reduced_in_stages(n):
     assert "T.reduce_max(x, t0_red, dim=1)" in tilelang.emit(_module("tests/programs/reduce.tk", N=32))
     serial = tilelang.emit(_module("tests/programs/reduce.tk", N=n), thread_reduce=False)
     assert "T.reduce_" not in serial and f"T.serial({n})" in serial
+
+
+@pytest.mark.parametrize("n", [288, 768])
+def test_rows_reduced_in_stages_keep_their_register_tiles_in_shared_memory(n):
+    """rmsnorm at llama2.c's dims with two rows per block of 1024 threads: the [2, 1] result of a
+    staged reduction had one row per 32 lanes, and TileLang carried that layout into the
+    elementwise loops, so a thread held whole rows (`float x[768]`, 17-56x slower than torch
+    on an H100). Every register tile of such a launch is a shared tile, and TileLang's CUDA
+    (lowered here without a GPU) splits each loop across the block: no per-thread row arrays,
+    no loop over a whole row. One row per block keeps its fragments; so does a launch with a
+    thread reduction."""
+    from test_smem_fit import _lower
+
+    module = _module("examples/rmsnorm.tk", N=n, B=64)
+    launch = next(op for op in module.func.walk() if op.name == "tile.launch")
+    assert smem_tilelang.registers_in_shared(launch, 1024)
+    src = tilelang.emit(module)
+    assert f"T.alloc_fragment((2, {n},)" not in src and "T.alloc_fragment((2, 1,)" not in src
+    assert f"x = T.alloc_shared((2, {n},), T.float32)" in src and "ss = T.alloc_shared((2, 1,), T.float32)" in src
+    _, cuda = _lower(src)
+    assert f"[{n}];" not in cuda and f"< {n // 4}; ++" not in cuda and f"< {n // 2}; ++" not in cuda, cuda
+    assert f"if (((int)threadIdx.x) < {n})" in cuda  # the elementwise loops: one thread per pair of elements
+    # check-smem-fit's model counts every tile without reuse: an upper bound of what TileLang
+    # allocates (it reuses the bytes of dead tiles), and the sum of the tiles and the staged copy
+    nbytes = smem_tilelang.plan(launch, module.env).total
+    dyn = max(int(f.attrs["dyn_shared_memory_buf"]) for f in _lower(src)[0].functions.values()
+              if "dyn_shared_memory_buf" in f.attrs)
+    tiles = sum(op.result.type.nbytes({}) for op in launch.walk() if op.name == "tile.alloc")
+    assert dyn <= nbytes <= tiles + 2 * n * 4 + 16 * 12 and nbytes >= tiles
+    one_row = _module("examples/rmsnorm.tk", N=n, B=64, BR=1)
+    assert "x = T.alloc_fragment" in tilelang.emit(one_row)
+    pow2 = _module("examples/rmsnorm.tk", N=1024, B=64)
+    assert not smem_tilelang.registers_in_shared(next(op for op in pow2.func.walk() if op.name == "tile.launch"), 1024)
+
+
+def test_a_barrier_tilelang_cannot_place_falls_back_to_fragments():
+    """Two rows of 72 over 128 threads: TileLang guards the shared tiles' loops with `tx < 72`
+    and cannot put a barrier inside that guard (not whole warps). tkc/runtime.py and codegen/tir.py
+    then compile the fragment form, which lowers."""
+    from test_smem_fit import _lower
+
+    module = _module("examples/rmsnorm.tk", B=4, N=72, threads=128)
+    src = tilelang.emit(module)
+    assert tilelang.SHARED_REGISTERS_MARK in src
+    with pytest.raises(Exception) as info:
+        _lower(src)
+    assert tilelang.registers_shared_failed(src, info.value)
+    assert tilelang.registers_shared_failed(src, RuntimeError("Index mapping does not form a bijective transform"))
+    assert not tilelang.registers_shared_failed(src, RuntimeError("nvcc: out of memory"))
+    fallback = tilelang.fallback_source(module, src, info.value)
+    assert not tilelang.registers_shared_failed(fallback, info.value)  # no second time
+    assert tilelang.SHARED_REGISTERS_MARK not in fallback and "x = T.alloc_fragment((2, 72,)" in fallback
+    assert "T.reduce_sum" in fallback  # the staged reduction stays
+    _lower(fallback)
+
+
+def test_the_runtime_compiles_the_next_form_after_each_failure(monkeypatch, tmp_path):
+    """tkc/runtime.py's build with a stand-in TileLang that rejects the shared-register form (a
+    barrier it cannot place) and then the thread reductions (no layout): the third form, serial
+    reductions over fragments, compiles, and the cache entry holds it."""
+    import torch
+
+    from codegen import tir
+    from tkc import runtime
+    from tkc.cache import Cache
+
+    cache = Cache(str(tmp_path))
+    artifact = driver.compile_file(os.path.join(ROOT, "examples/rmsnorm.tk"), "tilelang",
+                                   {"B": 4, "N": 72, "threads": 128}, cache)
+    assert tilelang.SHARED_REGISTERS_MARK in artifact.source
+    tried = []
+
+    class StandIn:
+        @staticmethod
+        def compile(source, target, **_):
+            tried.append(source)
+            if tilelang.SHARED_REGISTERS_MARK in source:
+                raise RuntimeError("[ThreadSync] Cannot lower a required shared-memory sync inside the then branch")
+            if "T.reduce_" in source:
+                raise RuntimeError("no available layout found")
+            return "kernel"
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(runtime, "_tilelang", lambda cache: StandIn)
+    monkeypatch.setattr(tir, "load_prim_func", lambda path, name: open(path, encoding="utf-8").read())
+    assert runtime.build(artifact, cache) == "kernel"
+    assert len(tried) == 3 and "T.reduce_sum" in tried[1] and "x = T.alloc_fragment((2, 72,)" in tried[1]
+    assert "T.reduce_" not in tried[2] and open(artifact.source_path, encoding="utf-8").read() == tried[2]
+    tried.clear()
+    monkeypatch.setattr(StandIn, "compile", staticmethod(lambda source, target, **_: (_ for _ in ()).throw(
+        RuntimeError("something else"))))
+    with pytest.raises(runtime.BackendError, match="something else"):
+        runtime.build(artifact, cache)
 
 
 def test_tir_falls_back_to_the_serial_form(monkeypatch):

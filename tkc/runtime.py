@@ -61,22 +61,25 @@ def build(artifact: driver.Artifact, cache: Cache):
         raise error(Loc(artifact.module.func.loc.file, 0, 0), f"target `{artifact.target}` cannot be launched",
                 "launchable targets: tilelang, tilelang-cpu")
     try:
-        try:
-            func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}")
-            if artifact.target == "tilelang-cpu":
-                kernel = tilelang.compile(func, target="c", compile_flags=["-O2"])
-            else:
-                kernel = tilelang.compile(func, target="cuda", pass_configs=tilelang_gpu.PASS_CONFIGS)
-        except Exception as exc:
-            if artifact.target != "tilelang" or not tilelang_gpu.reduce_layout_failed(artifact.source, exc):
-                raise
-            # TileLang found no thread layout for a `T.reduce_*` (codegen/tilelang.py
-            # `thread_reduce`): the cache entry gets the serial form, which always lays out.
-            source = tilelang_gpu.emit(artifact.module, thread_reduce=False)
-            cache.put(artifact.key, {driver.SOURCE_FILE["tilelang"]: source, driver.IR_FILE: artifact.ir_text},
-                      "tilelang")
-            func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}_serial")
-            kernel = tilelang.compile(func, target="cuda", pass_configs=tilelang_gpu.PASS_CONFIGS)
+        source = artifact.source
+        for attempt in range(3):
+            try:
+                func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}_{attempt}")
+                if artifact.target == "tilelang-cpu":
+                    kernel = tilelang.compile(func, target="c", compile_flags=["-O2"])
+                else:
+                    kernel = tilelang.compile(func, target="cuda", pass_configs=tilelang_gpu.PASS_CONFIGS)
+                break
+            except Exception as exc:
+                # TileLang found no barrier or layout for register tiles declared shared, or no
+                # thread layout for a `T.reduce_*` (codegen/tilelang.py `fallback_source`): the
+                # cache entry gets the next form (the serial reductions always lay out).
+                source = tilelang_gpu.fallback_source(artifact.module, source, exc) if (
+                    artifact.target == "tilelang") else None
+                if source is None:
+                    raise
+                cache.put(artifact.key, {driver.SOURCE_FILE["tilelang"]: source, driver.IR_FILE: artifact.ir_text},
+                          "tilelang")
     except Exception as exc:  # TileLang rejected code we generated: a tkc bug, not a user error,
         located = tilelang_gpu.layout_error(artifact.module, exc)  # unless it found no thread layout
         if located is not None:  # for a register tile that does not divide over the threads
