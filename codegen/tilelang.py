@@ -119,7 +119,7 @@ def fallback_source(module: Module, source: str, exc: BaseException) -> str | No
     None when neither applies."""
     if registers_shared_failed(source, exc):
         return emit(module, shared_registers=False)
-    if reduce_layout_failed(source, exc) and "T.reduce_" in source:
+    if reduce_layout_failed(source, exc):
         return emit(module, thread_reduce=False, shared_registers=False)
     return None
 

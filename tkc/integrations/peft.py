@@ -26,12 +26,13 @@ x is cast to the block's dtype first; with several active adapters PEFT adds eac
 term in turn (padding and casting x cumulatively); a merged adapter is already in W; with the
 adapters disabled the output is base(x).
 
-At one token (M = 1, decoding) on `tilelang` and the CPU targets the whole layer is one tkc kernel instead: the base GEMV, its bias
-and the adapter (examples/peft_miss_linear.tk, or its bf16 twin, with the file's constants),
-where torch's path takes two cuBLAS kernels and tkc's adapter kernel behind them, each called
-from Python (H100, 2026-11-26: a layer call 15.9-35.5 us against 22.1-63.6 us for torch's base
-plus the adapter kernel; docs/PERFORMANCE.md, "PEFT MiSS layer at one token"). From M = 2 its
-W is read once per token and the base product stays torch's.
+At one token (M = 1, decoding) on `tilelang` and the CPU targets the whole layer is one tkc
+kernel instead: the base GEMV, its bias and the adapter (examples/peft_miss_linear.tk, or its
+bf16 twin, with the file's constants), where torch's path takes two cuBLAS kernels and tkc's
+adapter kernel behind them, each called from Python (H100, 2026-11-26, as CUDA-graph replays:
+7.8 against 14.0 us at 3072 x 3072, 23.8 against 27.4 at 3072 x 8192; docs/PERFORMANCE.md,
+"The whole layer at one token"). From M = 2 it reads W once per token, and the base product
+stays torch's.
 
 When the tkc kernel runs (else the layer runs PEFT's own forward, unchanged): the layer is in
 eval mode (`not layer.training`, so dropout is the identity) and no gradient is needed (autograd
@@ -73,7 +74,7 @@ FUSED_MAX_M = 1  # from M = 2 it reads W once per token: slower than cuBLAS (doc
 FUSED_TARGETS = ("tilelang", "tilelang-cpu", "interp")
 GPU_TARGETS = ("tilelang", "cuda")
 CPU_TARGETS = ("tilelang-cpu",)  # `interp` copies through the CPU and takes tensors anywhere
-_KERNELS: dict[tuple, object] = {}  # (dtype name, target, cache_dir) -> tkc Kernel
+_KERNELS: dict[tuple, object] = {}  # (example file, target, cache_dir) -> tkc Kernel
 
 
 @dataclass
@@ -106,25 +107,29 @@ def default_target() -> str:
     return "tilelang" if torch.cuda.is_available() else "interp"
 
 
+def _compiled(files: dict[str, str], dtype, target: str, cache_dir: str | None, **options):
+    """The tkc Kernel of `files`' example for `dtype` on `target`, compiled once per process (M
+    dynamic; `options` go to tkc.compile). Raises ValueError for a dtype without a file."""
+    import tkc
+
+    name = str(dtype).removeprefix("torch.")
+    if name not in files:
+        raise ValueError(f"no tkc MiSS kernel for {dtype}; the kernels are f16 and bf16")
+    key = (files[name], target, cache_dir)
+    if key not in _KERNELS:
+        _KERNELS[key] = tkc.compile(os.path.join(ROOT, "examples", files[name]), target=target,
+                                    cache_dir=cache_dir, dynamic=("M",), **options)
+    return _KERNELS[key]
+
+
 def kernel_for(dtype, target: str, cache_dir: str | None = None):
     """The tkc Kernel of (1) plus the base output for `dtype` (torch.float16 or torch.bfloat16) on
     `target`, compiled once per process. Raises ValueError for another dtype, TkError (from
     tkc.compile) for a target tkc cannot launch."""
-    import tkc
-
-    name = str(dtype).removeprefix("torch.")
-    if name not in KERNEL_FILES:
-        raise ValueError(f"no tkc MiSS kernel for {dtype}; the kernels are f16 and bf16")
-    key = (name, target, cache_dir)
-    if key not in _KERNELS:
-        # Token counts change at nearly every call: M is dynamic (one compile for every M), and
-        # on the GPU the cost model picks the decomposition per M bucket (tkc/schedule.py; every
-        # bucket compiles at the first call); the CPU targets keep the file's constants (fewer C
-        # compiles).
-        _KERNELS[key] = tkc.compile(os.path.join(ROOT, "examples", KERNEL_FILES[name]), target=target,
-                                    cache_dir=cache_dir, dynamic=("M",),
-                                    schedule="model" if target in GPU_TARGETS else "file")
-    return _KERNELS[key]
+    # Token counts change at nearly every call: M is dynamic (one compile for every M), and on the
+    # GPU the cost model picks the decomposition per M bucket (tkc/schedule.py; every bucket
+    # compiles at the first call); the CPU targets keep the file's constants (fewer C compiles).
+    return _compiled(KERNEL_FILES, dtype, target, cache_dir, schedule="model" if target in GPU_TARGETS else "file")
 
 
 def _check_device(x, target: str) -> None:
@@ -141,16 +146,7 @@ def linear_kernel_for(dtype, target: str, cache_dir: str | None = None):
     """The tkc Kernel of the whole layer at a few tokens (x @ W.T + bias + form (1)) for `dtype`
     on `target`, compiled once per process (M dynamic, the file's constants). Raises as
     `kernel_for`."""
-    import tkc
-
-    name = str(dtype).removeprefix("torch.")
-    if name not in LINEAR_FILES:
-        raise ValueError(f"no tkc MiSS kernel for {dtype}; the kernels are f16 and bf16")
-    key = ("linear", name, target, cache_dir)
-    if key not in _KERNELS:
-        _KERNELS[key] = tkc.compile(os.path.join(ROOT, "examples", LINEAR_FILES[name]), target=target,
-                                    cache_dir=cache_dir, dynamic=("M",))
-    return _KERNELS[key]
+    return _compiled(LINEAR_FILES, dtype, target, cache_dir)
 
 
 def miss_linear(x, weight, bias, block, target: str | None = None, cache_dir: str | None = None):
