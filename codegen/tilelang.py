@@ -26,8 +26,9 @@ from dsl.ops import (COMPARE, compare_dtype, device_checks, dynamic_dims, index_
 from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
 from codegen.cuda_prelude import CHECK_PRELUDE
-from passes.smem_tilelang import (MMA_MIN, STAGED_LANES, async_copy_ok, gemm_instruction,  # noqa: F401
-                                  mma_fits, registers_in_shared, row_extent, staged_reduce, thread_reduce)
+from passes.smem_tilelang import (MMA_MIN, STAGED_LANES, STORE_BUFFERS, async_copy_ok,  # noqa: F401
+                                  gemm_instruction, mma_fits, registers_in_shared, rotating_stores, row_extent,
+                                  staged_reduce, thread_reduce)
 
 TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64": "T.float64",
              "i8": "T.int8", "i32": "T.int32", "bool": "T.bool"}
@@ -90,13 +91,16 @@ def tilelang_sddmm():
     return sddmm
 
 
-def emit(module: Module, thread_reduce: bool = True, shared_registers: bool = True) -> str:
+def emit(module: Module, thread_reduce: bool = True, shared_registers: bool = True, store_buffers: bool = True) -> str:
     """TileLang source for the GPU (`tilelang.compile(..., target="cuda")`). `thread_reduce=False`
     keeps every reduction a serial loop (tkc/runtime.py falls back to it when TileLang finds no
     layout for a `T.reduce_*`); `shared_registers=False` keeps register tiles fragments where
     `registers_in_shared` would declare them shared (the fallback when TileLang cannot place a
-    barrier between their loops)."""
-    return _Emitter(module, cpu=False, thread_reduce=thread_reduce, shared_registers=shared_registers).run()
+    barrier between their loops); `store_buffers=False` stores staged tiles with T.copy where
+    `rotating_stores` would rotate them over STORE_BUFFERS copies (the fallback when TileLang
+    cannot make their `T.tma_copy` a TMA store)."""
+    return _Emitter(module, cpu=False, thread_reduce=thread_reduce, shared_registers=shared_registers,
+                    store_buffers=store_buffers).run()
 
 
 SHARED_REGISTERS_MARK = "# tkc: this launch's register tiles are shared tiles (registers_in_shared)"
@@ -113,14 +117,22 @@ def registers_shared_failed(source: str, exc: BaseException) -> bool:
     return SHARED_REGISTERS_MARK in source and any(m in str(exc) for m in SHARED_REGISTERS_FAILURES + LAYOUT_FAILURES)
 
 
+STORE_BUFFERS_MARK = "# tkc: staged stores rotate over their copies (rotating_stores)"
+
+
 def fallback_source(module: Module, source: str, exc: BaseException) -> str | None:
     """The source to compile after TileLang rejected `source` with `exc`: the fragment form for a
-    barrier it could not place, the serial reductions for a reduction it found no layout for;
-    None when neither applies."""
+    barrier it could not place, the serial reductions for a reduction it found no layout for,
+    the plain stores for anything else when `source` rotates staged stores (a form it could not
+    lower to TMA stores); None when none applies. Each fallback keeps the ones before it."""
+    buffers = STORE_BUFFERS_MARK in source
     if registers_shared_failed(source, exc):
-        return emit(module, shared_registers=False)
+        return emit(module, shared_registers=False, store_buffers=buffers)
     if reduce_layout_failed(source, exc):
-        return emit(module, thread_reduce=False, shared_registers=False)
+        return emit(module, thread_reduce=False, shared_registers=False, store_buffers=buffers)
+    if buffers:
+        return emit(module, thread_reduce="T.reduce_" in source or SHARED_REGISTERS_MARK in source,
+                    shared_registers=SHARED_REGISTERS_MARK in source, store_buffers=False)
     return None
 
 
@@ -190,9 +202,11 @@ def reduce_layout_failed(source: str, exc: BaseException) -> bool:
 
 
 class _Emitter:
-    def __init__(self, module: Module, cpu: bool, thread_reduce: bool = True, shared_registers: bool = True):
+    def __init__(self, module: Module, cpu: bool, thread_reduce: bool = True, shared_registers: bool = True,
+                 store_buffers: bool = True):
         self.m, self.cpu, self.use_thread_reduce = module, cpu, thread_reduce
-        self.use_shared_registers = shared_registers
+        self.use_shared_registers, self.use_store_buffers = shared_registers, store_buffers
+        self.rotating: dict = {}  # id(shared tile) -> its RotatingStore (passes/smem_tilelang.py)
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
         self.tensors: dict[str, str] = {}  # IR name of a global tensor -> its Python name
@@ -381,13 +395,18 @@ class _Emitter:
         registers = "shared" if self.registers_shared else "fragment"
         if self.registers_shared:
             self.line(2, SHARED_REGISTERS_MARK)
+        self.rotating = (rotating_stores(op) if not self.cpu and self.use_store_buffers and not self.registers_shared
+                         else {})
+        if self.rotating:
+            self.line(2, STORE_BUFFERS_MARK)
         for a in allocs:  # TileLang declares every buffer at the top of the kernel
             alloc_lines[id(a.result)] = len(self.lines)
             t = a.result.type
             # The C target runs one thread: every tile is local. On the GPU, `frag` and `local`
             # tiles are both register tiles that TileLang lays out over the block's threads.
             kind = "local" if self.cpu else {"shared": "shared", "frag": registers, "local": registers}[t.space]
-            self.line(2, f"{self.name(a.result)} = T.alloc_{kind}(({', '.join(self.dims(a.result))},), "
+            copies = [str(STORE_BUFFERS)] if id(a.result) in self.rotating else []
+            self.line(2, f"{self.name(a.result)} = T.alloc_{kind}(({', '.join(copies + self.dims(a.result))},), "
                       f"{TL_DTYPES[t.dtype]})")
         for r in op.walk():
             if r.name == "tile.reduce" and (self.thread_reduce(r) or self.staged_reduce(r)):
@@ -609,6 +628,10 @@ class _Emitter:
         self.region(op.body.ops, depth + 1)
         if len(self.lines) == before:
             self.line(depth + 1, "T.evaluate(0)")
+        if any(r.loop is op for r in self.rotating.values()):
+            # the last trips' stores must have read their copies before the bytes are reused or the block exits
+            self.line(depth, "T.tma_store_wait(0)")
+            self.line(depth, "T.sync_threads()")
 
     def op_fill(self, op: Op, depth: int) -> None:
         v = op.operands[0]
@@ -691,10 +714,20 @@ class _Emitter:
         if src.type.space == "global" or dst.type.space == "global":
             return self.global_copy(op, depth)
         if src.type.dtype == dst.type.dtype or (not self.cpu and not _saturates(src, dst)):
-            self.line(depth, f"T.copy({self.name(src)}, {self.name(dst)})")
+            if id(dst) in self.rotating:  # this trip's copy; the store that last read it has read it
+                self.line(depth, f"T.tma_store_wait({STORE_BUFFERS - 1})")
+                self.line(depth, "T.sync_threads()")
+            self.line(depth, f"T.copy({self.name(src)}, {self.copy_ref(dst)})")
             return
         idx, d = self.loop_nest(self.dims(dst), depth)
         self.line(d, f"{self.at(dst, idx)} = {self.cast(self.at(src, idx), src.type.dtype, dst.type.dtype)}")
+
+    def copy_ref(self, tile: Value) -> str:
+        """The tile as a copy's operand: the current trip's copy of a rotating store tile."""
+        if id(tile) not in self.rotating:
+            return self.name(tile)
+        var = self.rotating[id(tile)].loop.attrs["var"]
+        return f"{self.name(tile)}[{var} % {STORE_BUFFERS}, {', '.join(':' for _ in self.dims(tile))}]"
 
     def global_copy(self, op: Op, depth: int) -> None:
         src, dst = op.operands
@@ -714,6 +747,11 @@ class _Emitter:
                        or (self.registers_shared and tile.type.space in ("frag", "local") and any(checked)))
         if not self.cpu and not elementwise:
             # On the GPU, T.copy converts dtypes and guards accesses past the tensor's edge.
+            if not load and id(tile) in self.rotating:  # a TMA store the trip does not wait for
+                box = ", ".join(f"{o} : {o} + {n}" if o == "0" or o.isidentifier() else f"{o} : ({o}) + {n}"
+                                for o, n in zip(offsets, self.dims(tile)))
+                self.line(depth, f"T.tma_copy({self.copy_ref(tile)}, {self.name(tensor)}[{box}])")
+                return
             region = f"{self.name(tensor)}[{', '.join(offsets)}]"
             args = (region, self.name(tile)) if load else (self.name(tile), region)
             if (load and depth == 2 and id(tile) not in self.remote and self.read_later(op, tile)

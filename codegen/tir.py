@@ -44,7 +44,7 @@ def emit(module: Module) -> str:
 
     source = tilelang_gpu.emit(module)
     try:
-        for _ in range(3):
+        for _ in range(4):
             try:
                 artifact = lower(source)
                 break

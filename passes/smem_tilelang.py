@@ -176,6 +176,65 @@ def registers_in_shared(launch: Op, threads: int) -> bool:
     return staged and nbytes <= REGISTERS_SHARED_MAX
 
 
+STORE_BUFFERS = 2  # copies of a rotating store tile (`rotating_stores`)
+
+
+@dataclass
+class RotatingStore:
+    """A shared tile a pipelined loop stages its output through, in STORE_BUFFERS copies."""
+
+    loop: Op  # the pipelined `tile.for`
+    writer: Op  # `tile.copy` register tile -> the shared tile
+    store: Op  # `tile.copy` the shared tile -> global
+
+
+def rotating_stores(launch: Op) -> dict[int, RotatingStore]:
+    """id(shared tile) -> how codegen/tilelang.py rotates it: a shared tile that only stages a
+    store (`C[...] = shared(...)`, examples/miss_split.tk's STAGE_C = 1) in the body of a
+    pipelined loop, written from a register tile and then stored whole to a global tensor with
+    16-byte rows. TileLang 0.1.15 lowers that store to one TMA store followed by a wait for its
+    read of the tile (`cp.async.bulk.wait_group.read 0`) in every trip; with STORE_BUFFERS copies
+    trip j writes copy j % STORE_BUFFERS after waiting only for the store issued STORE_BUFFERS
+    trips before, so each store's read overlaps the next trip's gemm. On an H100, MiSS at M16384
+    K4096 N4096 R64 went from 102.2-102.8 to 101.0-101.6 us, M8192 N11008 with U = 2 from 131 to
+    110 (benchmarks/probes/miss_bandwidth/probe.py, docs/PERFORMANCE.md)."""
+    if launch.attrs.get("cluster") or "tiles" in launch.attrs:
+        return {}
+    peers = peer_tiles(launch)
+    uses: dict[int, int] = {}
+    for op in launch.walk():
+        if op.name != "tile.alloc":
+            for v in op.operands:
+                uses[id(v)] = uses.get(id(v), 0) + 1
+    out: dict[int, RotatingStore] = {}
+    for loop in launch.walk():
+        if loop.name != "tile.for" or loop.attrs.get("kind") != "pipelined" or not async_copy_ok(loop):
+            continue
+        body = loop.body.ops
+        for i, store in enumerate(body):
+            if store.name != "tile.copy":
+                continue
+            tile, tensor = store.operands
+            if (tile.type.space != "shared" or tensor.type.space != "global" or id(tile) in peers
+                    or uses.get(id(tile)) != 2 or tile.type.dtype != tensor.type.dtype
+                    or any(st != 1 for st in store.attrs.get("dst_steps") or [])
+                    or any("[" in str(o) for o in store.attrs.get("dst_offsets", []))):
+                continue
+            try:
+                shape = tile.type.concrete_shape({})
+            except exprs.ExprError:
+                continue
+            size = DTYPES[tile.type.dtype][0]
+            row = row_extent(tensor)
+            if row is None or row * size % 16 or shape[-1] * size % 16 or len(shape) != tensor.type.rank:
+                continue
+            writer = next((w for w in body[:i] if w.name == "tile.copy" and w.operands[1] is tile
+                           and w.operands[0].type.space in ("frag", "local")), None)
+            if writer is not None:
+                out[id(tile)] = RotatingStore(loop, writer, store)
+    return out
+
+
 def staged_bytes(op: Op) -> int:
     """The shared bytes of staged reduce `op`'s [R, E] copy of its source."""
     rows, width = op.operands[0].type.concrete_shape({})
@@ -296,6 +355,8 @@ def plan(launch: Op, env: dict[str, int]) -> TlPlan:
     for vid in peer_tiles(launch):
         if vid in spans:
             spans[vid][1] = end
+    if not everything:  # codegen/tilelang.py rotates these (not in a launch of shared register tiles)
+        versions.update({vid: STORE_BUFFERS for vid in rotating_stores(launch)})
     if everything:  # TileLang merges their loops, and the tiles' lifetimes with them: a bound
         spans = {k: [0, end] for k in spans}
     bufs = [TlBuffer(a, a.result.type.nbytes(env), versions.get(id(a.result), int(a.attrs.get("stages", 1))),

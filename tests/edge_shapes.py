@@ -58,11 +58,13 @@ SPECS: dict[str, Spec] = {
                                               {"N": "BD", "K": "BK"}, variants=({"U": 1, "BD": 2},)),
     # M dynamic (one compile for every M); NS = 2 leaves the second slice's last N tile wholly
     # past N (guarded), threads = 256 and STAGE_C = 0 are the other layouts; U = 1 one shard per
-    # trip (the file's U = 4 takes K = 100 in two trips of 64, the second partial)
+    # trip (the file's U = 4 takes K = 100 in two trips of 64, the second partial); BM = 64 with
+    # NS = 1: wgmma, and staged stores rotating over two copies (TMA stores) past M's edge
     "examples/miss_split.tk": Spec({"M": 40, "N": 72, "K": 100, "R": 16},
                                    {"BM": 16, "BN": 32, "NS": 2, "STAGE_C": 1, "stages": 3},
                                    {**_MISS, "K": "R"},
-                                   variants=({"NS": 1, "STAGE_C": 0}, {"NS": 3, "threads": 256}, {"U": 1})),
+                                   variants=({"NS": 1, "STAGE_C": 0}, {"NS": 3, "threads": 256}, {"U": 1},
+                                             {"NS": 1, "BM": 64, "BN": 64})),
     "examples/miss_v3.tk": Spec({"M": 40, "N": 72, "K": 48, "R": 16}, {"BM": 16, "BN": 32, "stages": 3},
                                 _MISS, multiple_of={"K": "R"}),
     "examples/miss_mtile.tk": Spec({"M": 40, "N": 40, "K": 48, "R": 16}, {"BM": 16, "stages": 2},

@@ -64,6 +64,9 @@ def _cases() -> list[tuple[str, dict[str, int]]]:
         rng.shuffle(configs)
         pruner = tune.Pruner(os.path.join(ROOT, path), text, kernel, {})
         cases += [(path, c) for c in configs if pruner.check(c) is None][:PER_SPACE]
+    # a staged store that rotates over two copies (passes/smem_tilelang.py rotating_stores) at
+    # the cost model's large-M shape
+    cases.append(("examples/miss_split.tk", {"K": 4096, "N": 4096, "BM": 64, "BN": 128, "STAGE_C": 1, "U": 2}))
     return cases
 
 

@@ -1,0 +1,85 @@
+"""The TileLang backend's rotating store tiles (passes/smem_tilelang.py `rotating_stores`): a
+shared tile that only stages a store in a pipelined loop is written in STORE_BUFFERS copies, each
+trip waiting only for the TMA store issued STORE_BUFFERS trips before. The GPU results are the
+quick tier's `miss_split`/`peft_miss` edge cases (tests/edge_shapes.py, STAGE_C = 1)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from codegen import tilelang as tilelang_gpu
+from passes.smem_tilelang import STORE_BUFFERS, plan, rotating_stores
+from tkc import driver
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MISS_SPLIT = os.path.join(ROOT, "examples", "miss_split.tk")
+BIG = {"K": 4096, "N": 4096, "R": 64, "BM": 64, "BN": 128, "U": 2}
+
+
+def _module(**consts):
+    return driver.optimize(driver.frontend(MISS_SPLIT, consts, dynamic=("M",)), "tilelang")
+
+
+def _launch(module):
+    return next(op for op in module.func.body.ops if op.name == "tile.launch")
+
+
+def test_a_staged_store_in_a_pipelined_loop_rotates_over_its_copies():
+    source = tilelang_gpu.emit(_module(**BIG, STAGE_C=1))
+    assert tilelang_gpu.STORE_BUFFERS_MARK in source
+    stage = re.search(r"(\w+) = T\.alloc_shared\(\(2, 64, 128,\), T\.float16\)", source).group(1)
+    body = source[source.index("for j in T.Pipelined("):]
+    lines = [line.strip() for line in body.splitlines()]
+    write = lines.index(f"T.copy(t7, {stage}[j % 2, :, :])") if f"T.copy(t7, {stage}[j % 2, :, :])" in lines else None
+    assert write is not None, body
+    # the trip waits for the store that last read this copy, then every thread may overwrite it
+    assert lines[write - 2:write] == [f"T.tma_store_wait({STORE_BUFFERS - 1})", "T.sync_threads()"]
+    assert lines[write + 1].startswith(f"T.tma_copy({stage}[j % 2, :, :], C[m * 64 : (m * 64) + 64, ")
+    # after the loop, every store has read its copy before the bytes are reused or the block exits
+    assert lines[write + 2:write + 4] == ["T.tma_store_wait(0)", "T.sync_threads()"]
+
+
+@pytest.mark.parametrize("consts, why", [
+    ({**BIG, "STAGE_C": 0}, "no staged tile: the fragment is stored directly"),
+    ({**BIG, "STAGE_C": 1, "N": 4100}, "C's rows of 8200 bytes are not a multiple of 16 (no TMA store)"),
+    ({**BIG, "STAGE_C": 1, "BN": 4, "N": 4096}, "a tile row of 8 bytes (TMA boxes move 16-byte rows)"),
+])
+def test_stores_that_are_not_a_whole_tma_store_stay_plain(consts, why):
+    module = _module(**consts)
+    assert not rotating_stores(_launch(module)), why
+    source = tilelang_gpu.emit(module)
+    assert tilelang_gpu.STORE_BUFFERS_MARK not in source and "T.tma_copy" not in source, why
+
+
+def test_the_shared_memory_plan_counts_every_copy():
+    module = _module(**BIG, STAGE_C=1)
+    launch = _launch(module)
+    tile = next(iter(rotating_stores(launch)))
+    buf = next(b for b in plan(launch, {}).buffers if id(b.alloc.result) == tile)
+    assert buf.versions == STORE_BUFFERS and buf.size == STORE_BUFFERS * 64 * 128 * 2
+    # the same kernel without rotation (`store_buffers=False`) keeps one copy: the model must count
+    # what the source allocates (tests/test_smem_fit.py compares it with TileLang's bytes)
+    assert "T.alloc_shared((64, 128,), T.float16)" in tilelang_gpu.emit(module, store_buffers=False)
+
+
+def test_a_tilelang_failure_falls_back_to_plain_stores_keeping_the_earlier_fallbacks():
+    module = _module(**BIG, STAGE_C=1)
+    source = tilelang_gpu.emit(module)
+    again = tilelang_gpu.fallback_source(module, source, RuntimeError("T.tma_copy() cannot fall back to normal copy"))
+    assert again is not None and tilelang_gpu.STORE_BUFFERS_MARK not in again and "T.tma_copy" not in again
+    assert tilelang_gpu.fallback_source(module, again, RuntimeError("anything else")) is None
+
+
+def test_the_lowered_cuda_waits_inside_the_loop_only_for_older_stores():
+    pytest.importorskip("tilelang")
+    from test_smem_fit import _lower
+
+    _, cuda = _lower(tilelang_gpu.emit(_module(**BIG, STAGE_C=1)))
+    loop = cuda[cuda.index("for (int j = 0;"):]
+    loop = loop[:loop.index("\n  }\n")]
+    assert f"tl::tma_store_wait<{STORE_BUFFERS - 1}, true>();" in loop
+    assert "tma_store_wait<0" not in loop  # the plain form waits for each trip's own store here
+    assert "tl::tma_store_wait<0, true>();" in cuda[cuda.index("for (int j = 0;"):]
