@@ -1,15 +1,18 @@
-"""Probe: can the bandwidth-bound MiSS shape reach 89% of copy (issue 13)? TileLang's
-warp-specialized pipeline (a producer warpgroup issuing one TMA load per stage) against the
-cp.async pipeline tkc builds today (`tl.disable_warp_specialized`).
+"""Probe: can the bandwidth-bound MiSS shape reach 89% of copy (issue 13)?
 
 At M16384 K4096 N4096 R64 `examples/miss_split.tk` reads A (134 MB) at about 2.24 TB/s and writes
-C at about 2.5 TB/s on an H100, against 3.0 TB/s for a copy (docs/PERFORMANCE.md, "The shard sum
-reads its staged tile"). Each configuration's generated source is compiled with both pass
-configurations, checked against torch eager at M = 16384, 16384 - 37 (a partial M tile) and 1,
-then timed with benchmarks/miss.py's method (do_bench medians over rotated inputs larger than L2,
-the copy bandwidth in the same run).
+C at about 2.5 TB/s on an H100, against 3.0 TB/s for a copy (docs/PERFORMANCE.md, "89% of copy at
+M16384"). Each configuration (BASE plus CONFIGS[name]) is the backend's generated TileLang source,
+optionally edited by hand (`NSTAGES`: stages of the loop over N's tiles; `DBUF_C`: copies of the
+staged C tile, each trip waiting only for the older stores; `EVICT`: those stores' L2 policy;
+`NOTMA`: C stored by every thread; `PLAIN`: the backend's store before `rotating_stores`),
+compiled with each of PASSES (tkc's cp.async pipeline; TileLang's warp-specialized one, a
+producer warpgroup issuing one TMA load per stage), checked against torch at M, M - 37 (a partial
+M tile) and 1, then timed with benchmarks/miss.py's method (do_bench medians over rotated inputs
+larger than L2), beside torch eager and the copy, fill and column-sum rates of the run.
 
-    source .device/env.sh && python3 benchmarks/probes/miss_bandwidth/probe.py [--configs u4,u2_st4] [--shapes ...]
+    source .device/env.sh && python3 benchmarks/probes/miss_bandwidth/probe.py [--configs u4,u4_plain]
+        [--passes cp.async] [--shapes M16384K4096N4096R64] [--rounds 2] [--once CONFIG/PASSES]
 """
 
 from __future__ import annotations
@@ -48,9 +51,15 @@ CONFIGS = {  # name -> schedule constants of miss_split.tk over BASE
     "u2_b256_ns3": {"U": 2, "BN": 256, "NSTAGES": 3},
     "u2_b64_ns4": {"U": 2, "BN": 64, "NSTAGES": 4},
     # DBUF_C: C's staged tile double-buffered, its TMA store not awaited in the trip that issues it
-    "u2_db": {"U": 2, "DBUF_C": 1},
-    "u4_db": {"U": 4, "DBUF_C": 1},
-    "u2_b256_db": {"U": 2, "BN": 256, "DBUF_C": 1},
+    "u2_db": {"U": 2, "DBUF_C": 2},
+    "u4_db": {"U": 4, "DBUF_C": 2},
+    # PLAIN: the backend's store before rotating_stores (one copy, each trip waiting for its store)
+    "u4_plain": {"U": 4, "PLAIN": 1},
+    "u2_plain": {"U": 2, "PLAIN": 1},
+    "u4_db3": {"U": 4, "DBUF_C": 3},
+    "u4_db_ef": {"U": 4, "DBUF_C": 2, "EVICT": "evict_first"},
+    "u4_db3_ef": {"U": 4, "DBUF_C": 3, "EVICT": "evict_first"},
+    "u2_b256_db": {"U": 2, "BN": 256, "DBUF_C": 2},
     "u2_db3": {"U": 2, "DBUF_C": 3},
     "u2_db4": {"U": 2, "DBUF_C": 4},
     "u2_db_ef": {"U": 2, "DBUF_C": 2, "EVICT": "evict_first"},
@@ -82,9 +91,11 @@ def source(k, n, r, consts) -> str:
     dbuf = consts.pop("DBUF_C", None)
     notma = consts.pop("NOTMA", None)
     evict = consts.pop("EVICT", "")
+    plain = consts.pop("PLAIN", None)
     module = driver.optimize(driver.frontend(KERNEL, {"K": k, "N": n, "R": r, **consts}, dynamic=("M",)), "tilelang")
-    text = tilelang_gpu.emit(module)
-    if consts.get("STAGE_C") and dbuf:
+    # the hand edits start from the plain store (the backend's form before rotating_stores)
+    text = tilelang_gpu.emit(module, store_buffers=not (plain or dbuf or notma))
+    if dbuf:
         text = double_buffer_c(text, dbuf, evict)
     if notma:
         text, n = re.subn(r"(T\.copy\(\w+, C\[.*\])\)", r"\1, disable_tma=True)", text)
@@ -150,6 +161,7 @@ def main() -> int:
     p.add_argument("--passes", default=",".join(PASSES))
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--out", default="probe.json")
+    p.add_argument("--rounds", type=int, default=1, help="time every shape and configuration this many times")
     p.add_argument("--once", default="", help="CONFIG/PASSES: run that kernel 3 times at the first shape "
                    "and exit (for `ncu --clock-control none`)")
     args = p.parse_args()
@@ -193,7 +205,8 @@ def main() -> int:
               f"column sum {x.nbytes / t_sum / 1e9:.3f}", flush=True)
         del x, y
     rows = []
-    for s in shapes:
+    kernels = {}
+    for s in [s for _ in range(args.rounds) for s in shapes]:
         name = bench.shape_name(s)
         sets = bench.make_sets(s, "cuda", 200 << 20, 100, 0)
         eager = bench.bench_variant("eager", bench.miss_torch, s, sets, timer, "cuda", copy, None)
@@ -206,7 +219,8 @@ def main() -> int:
             if status[(shape, c, pname)] != "ok":
                 line.append(f"{label} build failed: {status[(shape, c, pname)]}")
                 continue
-            kern = build(text, PASSES[pname], cache)
+            kern = kernels.get((shape, c, pname)) or build(text, PASSES[pname], cache)
+            kernels[(shape, c, pname)] = kern
 
             def call(A, B, kern=kern):
                 C = torch.empty(A.shape[0], B.shape[1], dtype=A.dtype, device=A.device)
