@@ -86,6 +86,23 @@ def test_miss_cpu_dry_run(tmp_path):
     assert "| shape | variant |" in proc.stdout
 
 
+def test_miss_markdown_adds_the_graph_columns_with_their_copy():
+    """`--graph` rows: the graph time and its fraction of the copy timed as a graph, beside the
+    do_bench ones (a row without a graph time, e.g. one that could not be captured, shows `-`)."""
+    miss = load("miss")
+    meta = {"device_name": "GPU", "date": "today", "timer": "do_bench", "copy": {"tbps": 3.0},
+            "copy_graph": {"tbps": 3.025}}
+    base = {"shape": "M16384K4096N4096R64", "status": "ok", "ratio_to_eager": 0.91, "tbps": 2.64, "frac_copy": 0.88}
+    rows = [{**base, "variant": "miss_split~model", "time_us": 101.8, "graph_us": 99.7, "graph_frac_copy": 0.892},
+            {**base, "variant": "compile", "time_us": 120.0}]
+    text = miss.markdown(rows, meta)
+    assert "copy_graph" not in text and "as CUDA graphs (--graph) copy 3.02 TB/s" in text
+    assert "| graph (us) | graph % copy | status |" in text
+    assert "| miss_split~model | 101.8 | 0.91 | 2.64 | 88 | 99.7 | 89 | ok |" in text
+    assert "| compile | 120.0 | 0.91 | 2.64 | 88 | - | - | ok |" in text
+    assert "graph" not in miss.markdown(rows[1:], {k: v for k, v in meta.items() if k != "copy_graph"})
+
+
 def test_exc_note_is_type_and_first_line():
     miss = load("miss")
     assert miss.exc_note(ValueError("bad value\nsecond line")) == "ValueError: bad value"
