@@ -191,8 +191,8 @@ class RotatingStore:
 def rotating_stores(launch: Op) -> dict[int, RotatingStore]:
     """id(shared tile) -> how codegen/tilelang.py rotates it: a shared tile that only stages a
     store (`C[...] = shared(...)`, examples/miss_split.tk's STAGE_C = 1) in the body of a
-    pipelined loop, written from a register tile and then stored whole to a global tensor with
-    16-byte rows. TileLang 0.1.15 lowers that store to one TMA store followed by a wait for its
+    pipelined loop, written from a register tile and then stored whole to a global tensor of
+    f16, bf16 or f32 with 16-byte rows. TileLang 0.1.15 lowers that store to one TMA store followed by a wait for its
     read of the tile (`cp.async.bulk.wait_group.read 0`) in every trip; with STORE_BUFFERS copies
     trip j writes copy j % STORE_BUFFERS after waiting only for the store issued STORE_BUFFERS
     trips before, so each store's read overlaps the next trip's gemm. On an H100, MiSS at M16384
@@ -217,6 +217,7 @@ def rotating_stores(launch: Op) -> dict[int, RotatingStore]:
             tile, tensor = store.operands
             if (tile.type.space != "shared" or tensor.type.space != "global" or id(tile) in peers
                     or uses.get(id(tile)) != 2 or tile.type.dtype != tensor.type.dtype
+                    or tile.type.dtype not in ("f16", "bf16", "f32")  # a float -> int store saturates elementwise
                     or any(st != 1 for st in store.attrs.get("dst_steps") or [])
                     or any("[" in str(o) for o in store.attrs.get("dst_offsets", []))):
                 continue

@@ -54,6 +54,28 @@ def test_stores_that_are_not_a_whole_tma_store_stay_plain(consts, why):
     assert tilelang_gpu.STORE_BUFFERS_MARK not in source and "T.tma_copy" not in source, why
 
 
+STAGED = """kernel staged<BN=64, threads=128>(X: f32[M, N]) -> (Y: {dtype}[M, N])
+    where M = 64, N = 256
+{{
+    grid (cdiv(M, 16)) as (m) threads(threads)
+    for j in pipelined(cdiv(N, BN), 2) {{
+        Y[m*16 : +16, j*BN : +BN] = shared(cast(X[m*16 : +16, j*BN : +BN] * 2.0, {dtype}))
+    }}
+}}
+"""
+
+
+@pytest.mark.parametrize("dtype, rotates", [("f16", True), ("bf16", True), ("f32", True), ("i8", False)])
+def test_a_float_store_rotates_and_a_saturating_int_store_does_not(tmp_path, dtype, rotates):
+    """A float -> int8 tile is written by an element loop that saturates (TileLang's T.copy wraps),
+    which indexes the tile itself: it keeps one copy."""
+    path = tmp_path / "staged.tk"
+    path.write_text(STAGED.format(dtype=dtype))
+    module = driver.optimize(driver.frontend(str(path), {}), "tilelang")
+    assert bool(rotating_stores(_launch(module))) is rotates
+    assert (tilelang_gpu.STORE_BUFFERS_MARK in tilelang_gpu.emit(module)) is rotates
+
+
 def test_the_shared_memory_plan_counts_every_copy():
     module = _module(**BIG, STAGE_C=1)
     launch = _launch(module)
