@@ -120,28 +120,21 @@ def rel_error(out, ref) -> float:
 from tkc.bench import Timer, graph_ms, rotating  # noqa: E402,F401
 
 
-def copy_bandwidth(timer: Timer, device: str, nbytes: int) -> dict:
-    """Device-to-device copy of `nbytes`: bytes read + written over the median time, in TB/s."""
-    import torch
-
-    n = nbytes // 2
-    src = torch.randn(n, device=device, dtype=torch.float16)
-    dst = torch.empty_like(src)
-    ms = timer(lambda: dst.copy_(src))
-    return {"bytes": 2 * nbytes, "time_us": ms * 1e3, "tbps": 2 * nbytes / (ms * 1e-3) / 1e12}
-
-
-def copy_bandwidth_graph(timer: Timer, nbytes: int) -> dict:
-    """copy_bandwidth as CUDA-graph replays of 8 back-to-back copies (`graph_ms`), each a kernel
+def copy_bandwidth(timer: Timer, device: str, nbytes: int, graph: bool = False) -> dict:
+    """Device-to-device copy of `nbytes`: bytes read + written over the median time, in TB/s.
+    With `graph`: CUDA-graph replays of 8 back-to-back copies (`graph_ms`), each a kernel
     (`torch.mul(src, 1, out=dst)`): captured, `dst.copy_(src)` becomes a memcpy node that the copy
     engine runs at 2.44 TB/s on an H100 where the copy kernel moves 3.03 (and do_bench's 3.00;
     2026-11-26)."""
     import torch
 
     n = nbytes // 2
-    src = torch.randn(n, device="cuda", dtype=torch.float16)
+    src = torch.randn(n, device=device, dtype=torch.float16)
     dst = torch.empty_like(src)
-    ms = graph_ms(timer, lambda a, b: torch.mul(a, 1, out=b), [(src, dst)], calls=8)
+    if graph:
+        ms = graph_ms(timer, lambda a, b: torch.mul(a, 1, out=b), [(src, dst)], calls=8)
+    else:
+        ms = timer(lambda: dst.copy_(src))
     return {"bytes": 2 * nbytes, "time_us": ms * 1e3, "tbps": 2 * nbytes / (ms * 1e-3) / 1e12}
 
 
@@ -477,7 +470,7 @@ def main(argv=None) -> int:
           f"in {meta['copy']['time_us']:.1f} us)", flush=True)
     graph = args.graph and device == "cuda"
     if graph:
-        meta["copy_graph"] = copy_bandwidth_graph(timer, args.copy_bytes)
+        meta["copy_graph"] = copy_bandwidth(timer, device, args.copy_bytes, graph=True)
         print(f"copy bandwidth as CUDA graphs: {meta['copy_graph']['tbps']:.3f} TB/s", flush=True)
 
     compiled = torch.compile(miss_torch, dynamic=False) if "compile" in args.variants else None

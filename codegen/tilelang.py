@@ -118,6 +118,9 @@ def registers_shared_failed(source: str, exc: BaseException) -> bool:
 
 
 STORE_BUFFERS_MARK = "# tkc: staged stores rotate over their copies (rotating_stores)"
+# the forms a kernel is tried in (tkc/runtime.py, codegen/tir.py): as emitted, then each
+# `fallback_source` step at most once (plain stores, fragment registers, serial reductions)
+SOURCE_FORMS = 4
 
 
 def fallback_source(module: Module, source: str, exc: BaseException) -> str | None:
@@ -206,7 +209,7 @@ class _Emitter:
                  store_buffers: bool = True):
         self.m, self.cpu, self.use_thread_reduce = module, cpu, thread_reduce
         self.use_shared_registers, self.use_store_buffers = shared_registers, store_buffers
-        self.rotating: dict = {}  # id(shared tile) -> its RotatingStore (passes/smem_tilelang.py)
+        self.rotating: dict = {}  # id(shared tile) -> the pipelined loop it rotates over (rotating_stores)
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
         self.tensors: dict[str, str] = {}  # IR name of a global tensor -> its Python name
@@ -628,7 +631,7 @@ class _Emitter:
         self.region(op.body.ops, depth + 1)
         if len(self.lines) == before:
             self.line(depth + 1, "T.evaluate(0)")
-        if any(r.loop is op for r in self.rotating.values()):
+        if any(loop is op for loop in self.rotating.values()):
             # the last trips' stores must have read their copies before the bytes are reused or the block exits
             self.line(depth, "T.tma_store_wait(0)")
             self.line(depth, "T.sync_threads()")
@@ -726,7 +729,7 @@ class _Emitter:
         """The tile as a copy's operand: the current trip's copy of a rotating store tile."""
         if id(tile) not in self.rotating:
             return self.name(tile)
-        var = self.rotating[id(tile)].loop.attrs["var"]
+        var = self.rotating[id(tile)].attrs["var"]
         return f"{self.name(tile)}[{var} % {STORE_BUFFERS}, {', '.join(':' for _ in self.dims(tile))}]"
 
     def global_copy(self, op: Op, depth: int) -> None:

@@ -44,7 +44,7 @@ def emit(module: Module) -> str:
 
     source = tilelang_gpu.emit(module)
     try:
-        for _ in range(4):
+        for _ in range(tilelang_gpu.SOURCE_FORMS):
             try:
                 artifact = lower(source)
                 break

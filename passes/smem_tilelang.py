@@ -179,17 +179,8 @@ def registers_in_shared(launch: Op, threads: int) -> bool:
 STORE_BUFFERS = 2  # copies of a rotating store tile (`rotating_stores`)
 
 
-@dataclass
-class RotatingStore:
-    """A shared tile a pipelined loop stages its output through, in STORE_BUFFERS copies."""
-
-    loop: Op  # the pipelined `tile.for`
-    writer: Op  # `tile.copy` register tile -> the shared tile
-    store: Op  # `tile.copy` the shared tile -> global
-
-
-def rotating_stores(launch: Op) -> dict[int, RotatingStore]:
-    """id(shared tile) -> how codegen/tilelang.py rotates it: a shared tile that only stages a
+def rotating_stores(launch: Op) -> dict[int, Op]:
+    """id(shared tile) -> the pipelined loop whose trips codegen/tilelang.py rotates it over: a shared tile that only stages a
     store (`C[...] = shared(...)`, examples/miss_split.tk's STAGE_C = 1) in the body of a
     pipelined loop, written from a register tile and then stored whole to a global tensor of
     f16, bf16 or f32 with 16-byte rows. TileLang 0.1.15 lowers that store to one TMA store followed by a wait for its
@@ -206,7 +197,7 @@ def rotating_stores(launch: Op) -> dict[int, RotatingStore]:
         if op.name != "tile.alloc":
             for v in op.operands:
                 uses[id(v)] = uses.get(id(v), 0) + 1
-    out: dict[int, RotatingStore] = {}
+    out: dict[int, Op] = {}
     for loop in launch.walk():
         if loop.name != "tile.for" or loop.attrs.get("kind") != "pipelined" or not async_copy_ok(loop):
             continue
@@ -229,10 +220,9 @@ def rotating_stores(launch: Op) -> dict[int, RotatingStore]:
             row = row_extent(tensor)
             if row is None or row * size % 16 or shape[-1] * size % 16 or len(shape) != tensor.type.rank:
                 continue
-            writer = next((w for w in body[:i] if w.name == "tile.copy" and w.operands[1] is tile
-                           and w.operands[0].type.space in ("frag", "local")), None)
-            if writer is not None:
-                out[id(tile)] = RotatingStore(loop, writer, store)
+            if any(w.name == "tile.copy" and w.operands[1] is tile and w.operands[0].type.space in ("frag", "local")
+                   for w in body[:i]):  # written from a register tile earlier in the trip
+                out[id(tile)] = loop
     return out
 
 
@@ -356,10 +346,10 @@ def plan(launch: Op, env: dict[str, int]) -> TlPlan:
     for vid in peer_tiles(launch):
         if vid in spans:
             spans[vid][1] = end
-    if not everything:  # codegen/tilelang.py rotates these (not in a launch of shared register tiles)
-        versions.update({vid: STORE_BUFFERS for vid in rotating_stores(launch)})
     if everything:  # TileLang merges their loops, and the tiles' lifetimes with them: a bound
         spans = {k: [0, end] for k in spans}
+    else:  # codegen/tilelang.py rotates these (not in a launch of shared register tiles)
+        versions.update({vid: STORE_BUFFERS for vid in rotating_stores(launch)})
     bufs = [TlBuffer(a, a.result.type.nbytes(env), versions.get(id(a.result), int(a.attrs.get("stages", 1))),
                      align.get(id(a.result), ALIGN), *spans[id(a.result)])
             for a in allocs if id(a.result) in spans]

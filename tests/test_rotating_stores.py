@@ -33,8 +33,9 @@ def test_a_staged_store_in_a_pipelined_loop_rotates_over_its_copies():
     stage = re.search(r"(\w+) = T\.alloc_shared\(\(2, 64, 128,\), T\.float16\)", source).group(1)
     body = source[source.index("for j in T.Pipelined("):]
     lines = [line.strip() for line in body.splitlines()]
-    write = lines.index(f"T.copy(t7, {stage}[j % 2, :, :])") if f"T.copy(t7, {stage}[j % 2, :, :])" in lines else None
-    assert write is not None, body
+    written = f"T.copy(t7, {stage}[j % 2, :, :])"
+    assert written in lines, body
+    write = lines.index(written)
     # the trip waits for the store that last read this copy, then every thread may overwrite it
     assert lines[write - 2:write] == [f"T.tma_store_wait({STORE_BUFFERS - 1})", "T.sync_threads()"]
     assert lines[write + 1].startswith(f"T.tma_copy({stage}[j % 2, :, :], C[m * 64 : (m * 64) + 64, ")

@@ -62,7 +62,7 @@ def build(artifact: driver.Artifact, cache: Cache):
                 "launchable targets: tilelang, tilelang-cpu")
     try:
         source = artifact.source
-        for attempt in range(4):
+        for attempt in range(tilelang_gpu.SOURCE_FORMS):
             try:
                 func = load_prim_func(artifact.source_path, f"tkc_kernel_{artifact.key[:16]}_{attempt}")
                 if artifact.target == "tilelang-cpu":
