@@ -28,6 +28,7 @@ from codegen.cuda_plan import known_multiple
 from codegen.cuda_prelude import CHECK_PRELUDE
 from passes.smem_tilelang import (MMA_MIN, STAGED_LANES, STORE_BUFFERS, async_copy_ok,  # noqa: F401
                                   gemm_instruction, mma_fits, registers_in_shared, rotating_stores, row_extent,
+                                  streaming_store,
                                   staged_reduce, thread_reduce)
 
 TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64": "T.float64",
@@ -753,7 +754,15 @@ class _Emitter:
             if not load and id(tile) in self.rotating:  # a TMA store the trip does not wait for
                 box = ", ".join(f"{o} : {o} + {n}" if o == "0" or o.isidentifier() else f"{o} : ({o}) + {n}"
                                 for o, n in zip(offsets, self.dims(tile)))
-                self.line(depth, f"T.tma_copy({self.copy_ref(tile)}, {self.name(tensor)}[{box}])")
+                store = f"T.tma_copy({self.copy_ref(tile)}, {self.name(tensor)}[{box}]"
+                streaming = streaming_store(tensor, self.env)
+                if streaming is True or streaming is False:
+                    self.line(depth, store + (", eviction_policy=\"evict_first\")" if streaming else ")"))
+                else:  # a dynamic dim decides at run time
+                    self.line(depth, f"if {streaming}:")
+                    self.line(depth + 1, store + ", eviction_policy=\"evict_first\")")
+                    self.line(depth, "else:")
+                    self.line(depth + 1, store + ")")
                 return
             region = f"{self.name(tensor)}[{', '.join(offsets)}]"
             args = (region, self.name(tile)) if load else (self.name(tile), region)

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from codegen import tilelang as tilelang_gpu
-from passes.smem_tilelang import STORE_BUFFERS, plan, rotating_stores
+from passes.smem_tilelang import STORE_BUFFERS, STREAM_BYTES, plan, rotating_stores
 from tkc import driver
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,9 +38,16 @@ def test_a_staged_store_in_a_pipelined_loop_rotates_over_its_copies():
     write = lines.index(written)
     # the trip waits for the store that last read this copy, then every thread may overwrite it
     assert lines[write - 2:write] == [f"T.tma_store_wait({STORE_BUFFERS - 1})", "T.sync_threads()"]
-    assert lines[write + 1].startswith(f"T.tma_copy({stage}[j % 2, :, :], C[m * 64 : (m * 64) + 64, ")
+    # C (M x 4096 f16) holds STREAM_BYTES from M = 6400 on: from there its stores are marked
+    # L2 evict-first, decided at run time since M is dynamic (streaming_store)
+    assert STREAM_BYTES == 50 * 2**20 and -(-STREAM_BYTES // (4096 * 2)) == 6400
+    assert lines[write + 1] == 'if T.Cast("int64", M) >= 6400:'
+    store = f"T.tma_copy({stage}[j % 2, :, :], C[m * 64 : (m * 64) + 64, "
+    assert lines[write + 2].startswith(store) and lines[write + 2].endswith(', eviction_policy="evict_first")')
+    assert lines[write + 3] == "else:"
+    assert lines[write + 4].startswith(store) and lines[write + 4].endswith("])")
     # after the loop, every store has read its copy before the bytes are reused or the block exits
-    assert lines[write + 2:write + 4] == ["T.tma_store_wait(0)", "T.sync_threads()"]
+    assert lines[write + 5:write + 7] == ["T.tma_store_wait(0)", "T.sync_threads()"]
 
 
 @pytest.mark.parametrize("consts, why", [
@@ -77,6 +84,21 @@ def test_a_float_store_rotates_and_a_saturating_int_store_does_not(tmp_path, dty
     assert (tilelang_gpu.STORE_BUFFERS_MARK in tilelang_gpu.emit(module)) is rotates
 
 
+@pytest.mark.parametrize("m, n, streams", [
+    (64, 256, False),  # 64 KiB
+    (51200, 256, True),  # 50 MiB of f32: STREAM_BYTES exactly
+    (51136, 256, False),  # 64 rows (64 KiB) fewer
+])
+def test_a_static_output_of_l2_size_or_more_is_stored_evict_first(tmp_path, m, n, streams):
+    """With static dims the policy is decided at compile time: no branch in the kernel."""
+    path = tmp_path / "staged.tk"
+    path.write_text(STAGED.format(dtype="f32"))
+    source = tilelang_gpu.emit(driver.optimize(driver.frontend(str(path), {"M": m, "N": n}), "tilelang"))
+    stores = [line.strip() for line in source.splitlines() if "T.tma_copy(" in line]
+    assert len(stores) == 1 and "if " not in source[source.index("T.Pipelined("):]
+    assert stores[0].endswith(', eviction_policy="evict_first")' if streams else "])"), stores
+
+
 def test_the_shared_memory_plan_counts_every_copy():
     module = _module(**BIG, STAGE_C=1)
     launch = _launch(module)
@@ -104,5 +126,9 @@ def test_the_lowered_cuda_waits_inside_the_loop_only_for_older_stores():
     loop = cuda[cuda.index("for (int j = 0;"):]
     loop = loop[:loop.index("\n  }\n")]
     assert f"tl::tma_store_wait<{STORE_BUFFERS - 1}, true>();" in loop
+    # the evict-first stores only from M = 6400 on (the int64 test folds to an int comparison)
+    streaming = loop[loop.index("if (6400 <= M) {"):]
+    assert "tl::tma_store<tl::CacheHintSm90::EVICT_FIRST>(C_desc" in streaming[:streaming.index("} else {")]
+    assert "EVICT_FIRST" not in streaming[streaming.index("} else {"):]
     assert "tma_store_wait<0" not in loop  # the plain form waits for each trip's own store here
     assert "tl::tma_store_wait<0, true>();" in cuda[cuda.index("for (int j = 0;"):]

@@ -56,3 +56,29 @@ def test_cuda_grid_past_the_y_limit_is_a_user_error(tmp_path):
     a = torch.randn(16 * 65535 + 1, 64, device="cuda").half()
     with pytest.raises(TkError, match="over CUDA's limit of 65535"):
         kernel(a, b)
+
+
+def test_outputs_of_l2_size_or_more_take_the_evict_first_stores(tmp_path):
+    """miss_split with STAGE_C = 1 stages C through rotating store tiles; from C's size of
+    STREAM_BYTES on (M >= 6400 at N = 4096 f16) the kernel takes the branch whose TMA stores are
+    marked L2 evict-first (passes/smem_tilelang.py `streaming_store`). Both branches, one compile,
+    against float64 torch, at M just below the switch, at it, and past it with a partial tile."""
+    from codegen import tilelang as tilelang_gpu
+    from passes.smem_tilelang import STREAM_BYTES
+    from tkc import driver
+
+    n, path = 4096, os.path.join(ROOT, "examples", "miss_split.tk")
+    consts = {"BM": 64, "BN": 128, "NS": 1, "STAGE_C": 1, "U": 4}
+    source = tilelang_gpu.emit(driver.optimize(driver.frontend(path, {"K": K, "N": n, "R": R, **consts},
+                                                               dynamic=("M",)), "tilelang"))
+    assert 'if T.Cast("int64", M) >= 6400:' in source and STREAM_BYTES // (n * 2) == 6400
+    kernel = tkc.compile(path, target="tilelang", cache_dir=str(tmp_path), **consts)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    b = torch.randn(R, n, device="cuda", generator=g).half()
+    for m in (6399, 6400, 6437):
+        a = (torch.randn(m, K, device="cuda", generator=g) * 3 - 0.5).half()
+        c = kernel(a, b)
+        ref = _ref(a, b)
+        err = float((c.double() - ref).abs().max())
+        assert c.shape == (m, n) and err <= 4 * 2.0 ** -10 * float(ref.abs().max()) + 1e-3, (m, err)
+    assert kernel.specializations == 1

@@ -12,7 +12,7 @@ M tile) and 1, then timed with benchmarks/miss.py's method (do_bench medians ove
 larger than L2), beside torch eager and the copy, fill and column-sum rates of the run.
 
     source .device/env.sh && python3 benchmarks/probes/miss_bandwidth/probe.py [--configs u4,u4_plain]
-        [--passes cp.async] [--shapes M16384K4096N4096R64] [--rounds 2] [--once CONFIG/PASSES]
+        [--passes cp.async] [--shapes M16384K4096N4096R64] [--rounds 2] [--graph] [--once CONFIG/PASSES]
 """
 
 from __future__ import annotations
@@ -155,6 +155,13 @@ def _prewarm(text, passes, cache):
         return (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:200]
 
 
+def graph_text(row) -> str:
+    """` / graph 99.9 (89.0%)` for a row timed as a graph, else nothing."""
+    if "graph_us" not in row:
+        return ""
+    return f" / graph {row['graph_us']:.2f} ({100 * row['graph_frac_copy']:.2f}%)"
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--configs", default=",".join(CONFIGS))
@@ -162,6 +169,8 @@ def main() -> int:
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--out", default="probe.json")
     p.add_argument("--rounds", type=int, default=1, help="time every shape and configuration this many times")
+    p.add_argument("--graph", action="store_true", help="also time every row as CUDA-graph replays "
+                   "(benchmarks/miss.py --graph's method and copy kernel)")
     p.add_argument("--once", default="", help="CONFIG/PASSES: run that kernel 3 times at the first shape "
                    "and exit (for `ncu --clock-control none`)")
     args = p.parse_args()
@@ -194,7 +203,9 @@ def main() -> int:
         return 0
     timer = bench.Timer(False, 50, 200)
     copy = bench.copy_bandwidth(timer, "cuda", 1 << 30)["tbps"]
-    print(f"# {torch.cuda.get_device_name()}, copy {copy:.3f} TB/s", flush=True)
+    copy_graph = bench.copy_bandwidth(timer, "cuda", 1 << 30, graph=True)["tbps"] if args.graph else None
+    print(f"# {torch.cuda.get_device_name()}, copy {copy:.3f} TB/s"
+          + (f", as a graph {copy_graph:.3f}" if args.graph else ""), flush=True)
     for mb in (134, 268):  # the ceilings at this probe's sizes: copy, write-only (fill_), read-only (sum)
         x = torch.randn(mb << 19, device="cuda").half()
         y = torch.empty_like(x)
@@ -210,8 +221,10 @@ def main() -> int:
         name = bench.shape_name(s)
         sets = bench.make_sets(s, "cuda", 200 << 20, 100, 0)
         eager = bench.bench_variant("eager", bench.miss_torch, s, sets, timer, "cuda", copy, None)
+        if args.graph:
+            bench.add_graph(eager, bench.miss_torch, s, sets, timer, copy_graph)
         rows.append(eager)
-        line = [f"{name}: eager {eager['time_us']:.1f}"]
+        line = [f"{name}: eager {eager['time_us']:.1f}" + graph_text(eager)]
         for (shape, c, pname), text in jobs.items():
             if shape != name:
                 continue
@@ -237,13 +250,16 @@ def main() -> int:
                                       {"tail_rel_err": errs})
             if max(errs) > bench.RTOL:
                 row["status"] = "WRONG"
+            if args.graph:
+                bench.add_graph(row, call, s, sets, timer, copy_graph)
             rows.append(row)
             line.append(f"{label} {row['time_us'] or float('nan'):.1f} ({100 * (row['frac_copy'] or 0):.1f}%)"
-                        f"{'' if row['status'] == 'ok' else ' ' + row['status']}")
+                        + graph_text(row) + f"{'' if row['status'] == 'ok' else ' ' + row['status']}")
         print(" | ".join(line), flush=True)
         del sets
     with open(args.out, "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "copy_tbps": copy, "rows": rows}, f, indent=1, default=str)
+        json.dump({"device": torch.cuda.get_device_name(), "copy_tbps": copy, "copy_graph_tbps": copy_graph,
+                   "rows": rows}, f, indent=1, default=str)
     return 0
 
 
