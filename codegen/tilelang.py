@@ -756,10 +756,12 @@ class _Emitter:
                                 for o, n in zip(offsets, self.dims(tile)))
                 store = f"T.tma_copy({self.copy_ref(tile)}, {self.name(tensor)}[{box}]"
                 streaming = streaming_store(tensor, self.env)
-                if streaming is True or streaming is False:
+                if isinstance(streaming, bool):
                     self.line(depth, store + (", eviction_policy=\"evict_first\")" if streaming else ")"))
-                else:  # a dynamic dim decides at run time
-                    self.line(depth, f"if {streaming}:")
+                else:  # the dynamic dims decide at run time
+                    dims, at_least = streaming
+                    size = " * ".join([f'T.Cast("int64", {dims[0]})'] + [f"({d})" for d in dims[1:]])
+                    self.line(depth, f"if {size} >= {at_least}:")
                     self.line(depth + 1, store + ", eviction_policy=\"evict_first\")")
                     self.line(depth, "else:")
                     self.line(depth + 1, store + ")")

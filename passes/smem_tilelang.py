@@ -229,12 +229,12 @@ def rotating_stores(launch: Op) -> dict[int, Op]:
 STREAM_BYTES = 50 * 2**20  # L2 of an H100 or H200 (sm_90): a larger output cannot stay there
 
 
-def streaming_store(tensor: Value, env: dict) -> bool | str:
+def streaming_store(tensor: Value, env: dict) -> bool | tuple[list[str], int]:
     """Whether the rotating stores (`rotating_stores`) into global `tensor` go out marked L2
     evict-first: True when the tensor holds STREAM_BYTES or more (its lines cannot all stay in L2
     for the kernel that reads it next anyway), False when it holds fewer; for a tensor with
-    dynamic dims, that test as a TileLang condition on them (int64 arithmetic) that the kernel
-    evaluates at run time. On an H100, MiSS at M16384 K4096 N4096 R64 (C 134 MB) went from
+    dynamic dims, (their expressions, n): the kernel tests at run time whether their product is
+    at least n (codegen/tilelang.py, in int64). On an H100, MiSS at M16384 K4096 N4096 R64 (C 134 MB) went from
     100.0-100.1 to 99.2-99.4 us as CUDA graphs, M16384 K = N = 3072 from 77.5-77.8 to 77.0-77.2
     (benchmarks/probes/miss_bandwidth/probe.py --graph, docs/PERFORMANCE.md)."""
     fixed, dynamic = DTYPES[tensor.type.dtype][0], []
@@ -246,8 +246,7 @@ def streaming_store(tensor: Value, env: dict) -> bool | str:
     if not dynamic:
         return fixed >= STREAM_BYTES
     at_least = -(-STREAM_BYTES // max(fixed, 1))
-    size = " * ".join([f'T.Cast("int64", {dynamic[0]})'] + [f"({d})" for d in dynamic[1:]])
-    return f"{size} >= {at_least}"
+    return dynamic, at_least
 
 
 def staged_bytes(op: Op) -> int:
