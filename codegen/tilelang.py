@@ -28,7 +28,7 @@ from codegen.cuda_plan import known_multiple
 from codegen.cuda_prelude import CHECK_PRELUDE
 from passes.smem_tilelang import (MMA_MIN, STAGED_LANES, STORE_BUFFERS, async_copy_ok,  # noqa: F401
                                   gemm_instruction, mma_fits, registers_in_shared, rotating_stores, row_extent,
-                                  streaming_store,
+                                  STREAM_BYTES, streaming_store,
                                   staged_reduce, thread_reduce)
 
 TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64": "T.float64",
@@ -756,6 +756,9 @@ class _Emitter:
                                 for o, n in zip(offsets, self.dims(tile)))
                 store = f"T.tma_copy({self.copy_ref(tile)}, {self.name(tensor)}[{box}]"
                 streaming = streaming_store(tensor, self.env)
+                if streaming:  # the lines cannot all stay in L2 for the next kernel (streaming_store)
+                    self.line(depth, f"# tkc: {self.name(tensor)} is stored L2 evict-first from {STREAM_BYTES >> 20} MiB on"
+                                     " (streaming_store)")
                 if isinstance(streaming, bool):
                     self.line(depth, store + (", eviction_policy=\"evict_first\")" if streaming else ")"))
                 else:  # the dynamic dims decide at run time

@@ -41,13 +41,14 @@ def test_a_staged_store_in_a_pipelined_loop_rotates_over_its_copies():
     # C (M x 4096 f16) holds STREAM_BYTES from M = 6400 on: from there its stores are marked
     # L2 evict-first, decided at run time since M is dynamic (streaming_store)
     assert STREAM_BYTES == 50 * 2**20 and -(-STREAM_BYTES // (4096 * 2)) == 6400
-    assert lines[write + 1] == 'if T.Cast("int64", M) >= 6400:'
+    assert lines[write + 1] == "# tkc: C is stored L2 evict-first from 50 MiB on (streaming_store)"
+    assert lines[write + 2] == 'if T.Cast("int64", M) >= 6400:'
     store = f"T.tma_copy({stage}[j % 2, :, :], C[m * 64 : (m * 64) + 64, "
-    assert lines[write + 2].startswith(store) and lines[write + 2].endswith(', eviction_policy="evict_first")')
-    assert lines[write + 3] == "else:"
-    assert lines[write + 4].startswith(store) and lines[write + 4].endswith("])")
+    assert lines[write + 3].startswith(store) and lines[write + 3].endswith(', eviction_policy="evict_first")')
+    assert lines[write + 4] == "else:"
+    assert lines[write + 5].startswith(store) and lines[write + 5].endswith("])")
     # after the loop, every store has read its copy before the bytes are reused or the block exits
-    assert lines[write + 5:write + 7] == ["T.tma_store_wait(0)", "T.sync_threads()"]
+    assert lines[write + 6:write + 8] == ["T.tma_store_wait(0)", "T.sync_threads()"]
 
 
 @pytest.mark.parametrize("consts, why", [
@@ -96,6 +97,7 @@ def test_a_static_output_of_l2_size_or_more_is_stored_evict_first(tmp_path, m, n
     source = tilelang_gpu.emit(driver.optimize(driver.frontend(str(path), {"M": m, "N": n}), "tilelang"))
     stores = [line.strip() for line in source.splitlines() if "T.tma_copy(" in line]
     assert len(stores) == 1 and "if " not in source[source.index("T.Pipelined("):]
+    assert ("is stored L2 evict-first" in source) is streams
     assert stores[0].endswith(', eviction_policy="evict_first")' if streams else "])"), stores
 
 
