@@ -27,9 +27,8 @@ from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
 from codegen.cuda_prelude import CHECK_PRELUDE
 from passes.smem_tilelang import (MMA_MIN, STAGED_LANES, STORE_BUFFERS, async_copy_ok,  # noqa: F401
-                                  gemm_instruction, mma_fits, registers_in_shared, rotating_stores, row_extent,
-                                  STREAM_BYTES, streaming_store,
-                                  staged_reduce, thread_reduce)
+                                  STREAM_BYTES, gemm_instruction, mma_fits, registers_in_shared, rotating_stores,
+                                  row_extent, staged_reduce, streaming_store, thread_reduce)
 
 TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64": "T.float64",
              "i8": "T.int8", "i32": "T.int32", "bool": "T.bool"}
@@ -759,15 +758,16 @@ class _Emitter:
                 if streaming:  # the lines cannot all stay in L2 for the next kernel (streaming_store)
                     self.line(depth, f"# tkc: {self.name(tensor)} is stored L2 evict-first from {STREAM_BYTES >> 20} MiB on"
                                      " (streaming_store)")
+                evict_first, plain = store + ', eviction_policy="evict_first")', store + ")"
                 if isinstance(streaming, bool):
-                    self.line(depth, store + (", eviction_policy=\"evict_first\")" if streaming else ")"))
+                    self.line(depth, evict_first if streaming else plain)
                 else:  # the dynamic dims decide at run time
                     dims, at_least = streaming
                     size = " * ".join([f'T.Cast("int64", {dims[0]})'] + [f"({d})" for d in dims[1:]])
                     self.line(depth, f"if {size} >= {at_least}:")
-                    self.line(depth + 1, store + ", eviction_policy=\"evict_first\")")
+                    self.line(depth + 1, evict_first)
                     self.line(depth, "else:")
-                    self.line(depth + 1, store + ")")
+                    self.line(depth + 1, plain)
                 return
             region = f"{self.name(tensor)}[{', '.join(offsets)}]"
             args = (region, self.name(tile)) if load else (self.name(tile), region)

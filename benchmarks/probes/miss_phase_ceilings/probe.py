@@ -160,28 +160,20 @@ CONFIGS = {  # name -> (template, constants)
     "w_frag_bm16_bn128": (WRITE_FRAG, {"BM": 16, "BN": 128, "threads": 128}),
 }
 READS = [n for n, (t, _) in CONFIGS.items() if t in (TILE, ROWS)]
-PASSES = {"tl.disable_warp_specialized": True}
+# the kernels build as benchmarks/probes/miss_bandwidth/probe.py builds its sources (tkc's cp.async pipeline)
+_spec = importlib.util.spec_from_file_location(
+    "miss_bandwidth_probe", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "miss_bandwidth", "probe.py"))
+bandwidth = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bandwidth)
+PASSES = bandwidth.PASSES["cp.async"]
 
 
 def build(text: str, cache: str):
-    import tilelang
-
-    os.environ["TILELANG_CACHE_DIR"] = cache
-    path = os.path.join(tempfile.mkdtemp(prefix="tkc-phase-ceilings-"), "kernel.py")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    spec = importlib.util.spec_from_file_location("kernel", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return tilelang.compile(mod.build(), target="cuda", pass_configs=PASSES)
+    return bandwidth.build(text, PASSES, cache)
 
 
 def _prewarm(text, cache):
-    try:
-        build(text, cache)
-        return "ok"
-    except Exception as exc:
-        return (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:200]
+    return bandwidth._prewarm(text, PASSES, cache)
 
 
 def main() -> int:
