@@ -38,7 +38,7 @@ from codegen.cuda_loops import LoopMixin
 from codegen.cuda_signal import Signal, plan_signal
 from codegen.cuda_plan import (Access, OTHER, SyncState, chunk_map, make_plan, numel, times_text,
                                shape_of)
-from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, CHECK_PRELUDE, PRELUDE, SIGNAL_PRELUDE, SIZES, apply, combine, compute_dtype, convert, identity, literal
+from codegen.cuda_prelude import C_TYPES, CLUSTER_PRELUDE, CHECK_PRELUDE, GRID_PRELUDE, PRELUDE, SIGNAL_PRELUDE, SIZES, apply, combine, compute_dtype, convert, identity, literal
 
 ARCH = "sm_90a"
 SMEM_LIMIT = SMEM_LIMITS["sm_90"]
@@ -237,6 +237,9 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         smem = self.plan.total_smem
         config = {"kernel": kname, "grid": grid3, "block": [self.threads, 1, 1], "cluster": cluster,
                   "smem_bytes": smem}
+        grid_sync = any(o.name == "tile.grid_barrier" for o in launch.walk())
+        if grid_sync:  # `sync grid`: launched cooperatively (tkc/cuda_runtime.py), every block resident
+            config["cooperative"] = True
         if self.dynamic:  # where the launch finds each dynamic dim: (argument, axis) of the first tensor naming it
             config["dynamic"] = [[n, *next((i, k) for i, a in enumerate(func.body.args)
                                            for k, dim in enumerate(a.type.shape) if dim == exprs.Sym(n))]
@@ -268,6 +271,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             self.lines.extend(CHECK_PRELUDE.rstrip("\n").split("\n"))
         if "cluster" in launch.attrs:
             self.lines.extend(CLUSTER_PRELUDE.rstrip("\n").split("\n"))
+        elif grid_sync:
+            self.lines.extend(GRID_PRELUDE.rstrip("\n").split("\n"))
         if self.signal is not None:
             self.lines.extend(SIGNAL_PRELUDE.rstrip("\n").split("\n"))
         self.line(0, "")
@@ -288,7 +293,9 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         # __restrict__ pointer with ld.global.nc, which ptxas sinks below a cluster barrier, so
         # the loads issued before map-dsmem's start barrier would wait for it instead of overlapping
         # it (H200, pushed reduce FFN: 42 us with, 39.5 us without; docs/PERFORMANCE.md).
-        restrict = "" if cluster != [1, 1, 1] else " __restrict__"
+        # The same in a `sync grid` kernel, whose weight loads written before a grid barrier are
+        # meant to be in flight while the grid waits.
+        restrict = "" if cluster != [1, 1, 1] or grid_sync else " __restrict__"
         for i, a in enumerate(args):
             const = "" if i in outs else "const "
             params.append(f"{const}{C_TYPES[a.type.dtype]}*{restrict} {self.name(a)}")
@@ -424,11 +431,17 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                 # __syncthreads() (after the wait) before other threads touch the tile.
                 st.add(self.in_flight_writes())
                 continue
+            if op.name == "tile.grid_barrier":  # also a barrier of the block's own threads
+                self.wait_copies(d, "a copy in flight would read past the grid barrier")
+                self.line(d, f"// {self.describe(op)} ({_loc(op)})")
+                self.line(d, "cg::this_grid().sync();  // global writes before it are visible to every block after it")
+                st.clear()
+                continue
             handler = getattr(self, "op_" + op.name.split(".")[1], None)
             if handler is None or op.name in ("tile.func", "tile.launch", "tile.require"):
                 raise error(op.loc, f"the CUDA backend cannot express `{op.name}` here",
                             "supported inside a grid: tile.fill, tile.copy, tile.elementwise, tile.reduce, "
-                            "tile.gemm, tile.for, tile.peer_copy, tile.peer_store, tile.cluster_barrier")
+                            "tile.gemm, tile.for, tile.peer_copy, tile.peer_store, tile.cluster_barrier, tile.grid_barrier")
             accesses = self.accesses(op)
             if any(self.overlaps_in_flight(a) for a in accesses):
                 self.wait_copies(d, "the copy must have landed before these bytes are touched")

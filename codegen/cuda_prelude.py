@@ -290,6 +290,15 @@ __device__ __forceinline__ int tk_require(bool ok, const char* where, const char
 }
 """
 
+GRID_PRELUDE = r"""
+// `sync grid`: a barrier of every block of the grid, through cooperative groups (`grid.sync()`,
+// an arrive with release and a poll with acquire at GPU scope on the launch's barrier word). The
+// kernel is launched cooperatively (tkc/cuda_runtime.py: cuLaunchKernelEx with the cooperative
+// attribute), which fails unless every block of the grid can be resident at once.
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+"""
+
 CLUSTER_PRELUDE = r"""
 // Thread-block clusters: cluster barriers and peer shared memory (DSMEM) through cooperative groups.
 #include <cooperative_groups.h>

@@ -539,6 +539,11 @@ class _Emitter:
             self.line(2, f"T.evaluate(T.call_extern(\"int32\", \"tkc_peer_live\", "
                       f"T.access_ptr({self.name(a.result)}[{zero}], \"r\")))")
 
+    def op_grid_barrier(self, op: Op, depth: int) -> None:
+        target = "tilelang-cpu" if self.cpu else "tilelang"
+        raise error(op.loc, f"target `{target}` cannot express `sync grid` (a barrier of every block of the grid)",
+                    "compile with `--target cuda` (a cooperative launch), or run on the CPU with `--target interp`")
+
     def op_cluster_barrier(self, op: Op, depth: int) -> None:
         if op.attrs.get("relaxed"):  # every block has started; orders no memory
             self.line(depth, "T.cluster_arrive_relaxed()")

@@ -110,7 +110,7 @@ def run(module: Module, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             if not exprs.evaluate(exprs.parse(op.attrs["cond"]), env):
                 raise ValueError(f"requirement `{op.attrs['cond']}` does not hold")
         elif op.name == "tile.launch":
-            _launch(op, env, arrays)
+            _launch(op, env, arrays, {id(a) for i, a in enumerate(args) if i in outs})
     return {a.name: arrays[id(a)] for i, a in enumerate(args) if i in outs}
 
 
@@ -126,9 +126,11 @@ class RaceError(ProgramError):
     """Blocks of a cluster touch a shared tile in an order no barrier fixes (a data race)."""
 
 
-def _launch(op: Op, env: dict[str, int], arrays: dict[int, np.ndarray]) -> None:
+def _launch(op: Op, env: dict[str, int], arrays: dict[int, np.ndarray], outputs: frozenset = frozenset()) -> None:
     """Run every block; the blocks of a cluster run in lockstep between cluster barriers, in
-    rank order within a phase, and peer accesses that race are reported (RaceError)."""
+    rank order within a phase, and peer accesses that race are reported (RaceError); with a
+    `sync grid`, every block of the grid does (_run_grid), and accesses to `outputs` (ids of
+    the output tensors) that race are reported."""
     if "tiles" in op.attrs:
         return _launch_tiles(op, env, arrays)
     extents = [exprs.evaluate(exprs.parse(g), env) for g in op.attrs["grid"]]
@@ -136,6 +138,11 @@ def _launch(op: Op, env: dict[str, int], arrays: dict[int, np.ndarray]) -> None:
     ranks = op.attrs.get("ranks", [])
     if any(n % c for n, c in zip(extents, csize)):
         raise ProgramError(op.loc, f"the grid {extents} does not divide into clusters of {csize}")
+    grid_sync = any(o.name == "tile.grid_barrier" for o in op.walk())
+    reads_output = any(o.name == "tile.copy" and id(o.operands[0]) in outputs for o in op.walk())
+    if grid_sync or (reads_output and "cluster" not in op.attrs):
+        return _run_grid(op, [_Block(arrays, {**env, **dict(zip(op.attrs["vars"], point))})
+                              for point in itertools.product(*(range(n) for n in extents))], arrays, outputs)
     for cluster in itertools.product(*(range(n // c) for n, c in zip(extents, csize))):
         blocks = {}
         for rank in itertools.product(*(range(c) for c in csize)):
@@ -195,6 +202,78 @@ def _run_cluster(op: Op, blocks: dict[tuple, "_Block"]) -> None:
         phase += 1
 
 
+def _run_grid(op: Op, blocks: list["_Block"], arrays: dict[int, np.ndarray], outputs) -> None:
+    """A grid with `sync grid`: every block steps from grid barrier to grid barrier in lockstep
+    (within a phase one block after another), and the phase's global accesses are checked for
+    races (_GlobalRaces)."""
+    races = _GlobalRaces(op, arrays, outputs)
+    for i, b in enumerate(blocks):
+        b.races, b.index = races, i
+    running = [b.region(op.body.ops) for b in blocks]
+    while running:
+        arrived, done = [], 0
+        for gen in running:
+            try:
+                next(gen)
+                arrived.append(gen)
+            except StopIteration:
+                done += 1
+        if arrived and done:
+            raise ProgramError(op.loc, f"a grid barrier is reached by {len(arrived)} blocks but not by {done}: "
+                               "every block of a grid with `sync grid` must pass the same barriers")
+        running = arrived
+        races.next_phase()
+
+
+class _GlobalRaces:
+    """Race checks on the outputs of a grid with `sync grid`, per phase (between grid barriers):
+    which block wrote and which read each element. Within a phase, another block's store to an
+    element a block reads or writes, or a block's read of an element it stored itself (its
+    threads are not ordered through global memory), is a race (RaceError); a block may overwrite
+    what it read itself."""
+
+    def __init__(self, launch: Op, arrays: dict[int, np.ndarray], outputs):
+        self.loc = launch.loc
+        self.arrays = arrays
+        self.outputs = outputs
+        self.writer: dict[int, np.ndarray] = {}
+        self.reader: dict[int, np.ndarray] = {}
+
+    def next_phase(self) -> None:
+        for t in (*self.writer.values(), *self.reader.values()):
+            t.fill(-1)
+
+    def _maps(self, tensor: Value):
+        key = id(tensor)
+        if key not in self.writer:
+            shape = self.arrays[key].shape
+            self.writer[key] = np.full(shape, -1, np.int64)
+            self.reader[key] = np.full(shape, -1, np.int64)
+        return self.writer[key], self.reader[key]
+
+    def read(self, block: int, loc, tensor: Value, win) -> None:
+        writer, reader = self._maps(tensor)
+        w = writer[win]
+        if (w >= 0).any():
+            who = int(w[w >= 0].flat[0])
+            whom = "itself" if who == block else f"block {who}"
+            raise RaceError(loc, f"race: a block reads `{tensor.name}` where {whom} stored in the same phase; "
+                            "put a `sync grid` between the store and the read")
+        r = reader[win]
+        reader[win] = np.where((r == -1) | (r == block), block, -2)
+
+    def write(self, block: int, loc, tensor: Value, win) -> None:
+        writer, reader = self._maps(tensor)
+        w, r = writer[win], reader[win]
+        if ((w >= 0) & (w != block)).any():
+            raise RaceError(loc, f"race: two blocks store into the same elements of `{tensor.name}` in one phase "
+                            "(between grid barriers)")
+        if ((r == -2) | ((r >= 0) & (r != block))).any():
+            raise RaceError(loc, f"race: a block stores into `{tensor.name}` where another block reads in the same "
+                            "phase; put a `sync grid` between the read and the store")
+        writer[win] = block
+
+
 def _check_races(blocks: dict[tuple, "_Block"], phase: int, final: bool) -> None:
     for reader in blocks.values():
         for (owner, buf), loc in reader.remote_reads.get(phase, {}).items():
@@ -241,6 +320,9 @@ class _Block:
         self.remote_writes: dict[int, dict[tuple, str]] = {}
         self.allocated: set[int] = set()  # ids of the tiles this block has allocated
         self.started = False  # every block of the cluster has passed a barrier (so has started)
+        self.races: _GlobalRaces | None = None  # in a grid with `sync grid` (_run_grid)
+        self.index = 0  # the block's rank in such a grid
+        self.op: Op | None = None  # the op being executed (for race reports)
 
     def val(self, text: str) -> int:
         return exprs.evaluate(exprs.parse(text), self.scope)
@@ -253,7 +335,10 @@ class _Block:
                 yield from self.op_for(op)
             elif kind == "cluster_barrier":
                 yield "relaxed" if op.attrs.get("relaxed") else "full"
+            elif kind == "grid_barrier":
+                yield "grid"
             else:
+                self.op = op
                 getattr(self, "op_" + kind)(op)
                 self._note_local(op)
 
@@ -361,12 +446,16 @@ class _Block:
         out = np.zeros(shape, self.arrays[id(tensor)].dtype)
         win = self._window(tensor, offsets, shape, steps)
         if win is not None:
+            if self.races is not None and id(tensor) in self.races.outputs:
+                self.races.read(self.index, self.op.loc, tensor, win[1])
             out[win[0]] = self.arrays[id(tensor)][win[1]]
         return out
 
     def _write(self, tensor: Value, offsets, data: np.ndarray, steps) -> None:
         win = self._window(tensor, offsets, data.shape, steps)
         if win is not None:
+            if self.races is not None and id(tensor) in self.races.outputs:
+                self.races.write(self.index, self.op.loc, tensor, win[1])
             self.arrays[id(tensor)][win[1]] = round_to(data[win[0]], tensor.type.dtype)
 
     def op_elementwise(self, op: Op) -> None:

@@ -80,6 +80,8 @@ class _Lowerer(ExprLowerer):
         self.number_memo: dict = {}  # AST node id -> its value as a number (ExprLowerer.number)
         self.region: Region | None = None
         self.cluster = 0
+        self.grid_vars: list[str] = []  # the grid's block indices and cluster ranks
+        self.loops: list = []  # the tile.for ops enclosing the statement being lowered
         self.sparse: dict = {}  # sparse pattern name -> (param, M, N, NNZ, [rows, cols]) (dsl/lower_sparse.py)
         self.tiles = None  # (pattern, BM, BN, m, n) inside `grid (tiles(S, BM, BN)) as (m, n)`
         self.scalars: dict[str, A.Param] = {}
@@ -301,6 +303,7 @@ class _Lowerer(ExprLowerer):
             launch.attrs["ranks"] = list(g.ranks)
         self.emit(launch)
         self.cluster = len(g.cluster)  # number of cluster dims (0: no cluster)
+        self.grid_vars = list(g.vars) + list(g.ranks)
         self.in_region(launch.body, list(g.vars) + list(g.ranks), stmts[1:], g.loc)
 
     def in_region(self, region: Region, index_vars, stmts, loc: Loc) -> None:
@@ -349,8 +352,10 @@ class _Lowerer(ExprLowerer):
         if isinstance(s, A.For):
             return self.for_stmt(s)
         if isinstance(s, A.Sync):
+            if s.scope == "grid":
+                return self.grid_sync(s)
             if s.scope != "cluster":
-                raise error(s.loc, f"unknown barrier `sync {s.scope}`", "write `sync cluster`")
+                raise error(s.loc, f"unknown barrier `sync {s.scope}`", "write `sync cluster` or `sync grid`")
             if not self.cluster:
                 raise error(s.loc, "`sync cluster` needs a grid with a `cluster`",
                             "declare one: `grid (B) as (b) cluster (2) as (r)`")
@@ -375,6 +380,24 @@ class _Lowerer(ExprLowerer):
             return S.sampled_store(self, s)
         return self.store(s)
 
+    def grid_sync(self, s: A.Sync) -> None:
+        """`sync grid`: a barrier of every block of the grid (tile.grid_barrier). Every block must
+        pass the same barriers: not in a cluster grid, not in a loop whose trip count depends on a
+        grid index (a `tiles` grid's body is one sampled gemm store: `_stmt` rejects it first)."""
+        if self.cluster:
+            raise error(s.loc, "`sync grid` in a grid with a `cluster`",
+                        "drop the cluster, or order the blocks of a cluster with `sync cluster`")
+        grid_vars = set(self.grid_vars)
+        for loop in self.loops:
+            names = exprs.names(exprs.parse(loop.attrs["lo"])) | exprs.names(exprs.parse(loop.attrs["hi"]))
+            names &= grid_vars  # (a bound over an enclosing loop's index: that loop is checked too)
+            if names:
+                raise error(s.loc, f"`sync grid` in a loop whose trip count depends on `{sorted(names)[0]}`, "
+                            "which differs between blocks",
+                            f"every block must pass the same grid barriers: give the loop at {loop.loc} bounds "
+                            "over dims, constants and runtime scalars only")
+        return self.emit(O.GridBarrierOp(loc=s.loc))
+
     def for_stmt(self, s: A.For) -> None:
         kind = _LOOPS.get(s.kind)
         if kind is None:
@@ -394,7 +417,11 @@ class _Lowerer(ExprLowerer):
             raise error(s.loc, f"loop variable `{s.var}` shadows another name")
         loop = O.ForOp(regions=[Region()], attrs=attrs, loc=s.loc)
         self.emit(loop)
-        self.in_region(loop.body, [s.var], s.body, s.loc)
+        self.loops.append(loop)  # for `sync grid` inside it (grid_sync)
+        try:
+            self.in_region(loop.body, [s.var], s.body, s.loc)
+        finally:
+            self.loops.pop()
 
     def tile_var(self, name: str, loc: Loc) -> Value | None:
         v = self.lookup(name)

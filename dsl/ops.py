@@ -453,6 +453,18 @@ class ClusterBarrierOp(Op):
     name = "tile.cluster_barrier"
 
 
+class GridBarrierOp(Op):
+    """Every thread of every block of the grid arrives and waits (`sync grid`; CUDA cooperative
+    groups' `this_grid().sync()` under a cooperative launch, which needs every block resident at
+    once). Global-memory writes before it are visible to every block after it: the kernel may
+    read an output that other blocks stored before the barrier. Every block passes the same
+    barriers (lowering rejects one in a loop whose trip count depends on a grid index).
+    Example: `tile.grid_barrier() loc(...)`
+    """
+
+    name = "tile.grid_barrier"
+
+
 class ForOp(Op):
     """A loop `for var in [lo, hi)`; `kind` is serial, unroll or pipelined.
 
@@ -475,7 +487,7 @@ class ForOp(Op):
 OPS: dict[str, type[Op]] = {
     cls.name: cls
     for cls in (FuncOp, RequireOp, LaunchOp, AllocOp, FillOp, CopyOp, ReshapeOp, ElementwiseOp, ReduceOp,
-                GemmOp, SampledGemmOp, ForOp, PeerCopyOp, PeerStoreOp, ClusterBarrierOp)
+                GemmOp, SampledGemmOp, ForOp, PeerCopyOp, PeerStoreOp, ClusterBarrierOp, GridBarrierOp)
 }
 
 # Attributes that hold index expressions (strings), checked for names in scope by the verifier.
@@ -507,6 +519,7 @@ ATTRS: dict[str, dict[str, tuple[str, bool]]] = {
     "tile.peer_copy": {"rank": ("exprs", True), "dsmem": ("bool", False)},
     "tile.peer_store": {"rank": ("exprs", True), "dsmem": ("bool", False)},
     "tile.cluster_barrier": {"inserted": ("bool", False), "reason": ("str", False), "relaxed": ("bool", False)},
+    "tile.grid_barrier": {},
 }
 
 

@@ -14,6 +14,7 @@ the base dims. The CPU suite (tests/test_edges.py) and the GPU quick tier
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -113,6 +114,14 @@ SPECS: dict[str, Spec] = {
     "examples/kv_store.tk": Spec({"S": 5, "KVD": 72}, {"BN": 32, "threads": 32}, {"KVD": "BN"}),
     "examples/embedding.tk": Spec({"V": 50, "N": 72, "B": 3}, {"BN": 32}, {"B": 1, "N": "BN"}),
     "examples/accum.tk": Spec({"B": 3, "N": 72}, {"BN": 32, "threads": 32}, {"B": 1, "N": "BN"}),
+    # a whole layer in one persistent grid of NB blocks with `sync grid` between its phases (cuda and
+    # the interpreter only): K and HID cut by the GEMVs' rows per item (BD, BDF); grouped-query heads (KVD < D);
+    # variants: multi-head, more blocks than any phase has items (idle blocks pass the barriers),
+    # one block doing every item, two rows per item over 64 threads
+    "examples/llama_layer.tk": Spec({"K": 40, "D": 32, "KVD": 16, "HID": 40, "S": 6},
+                                    {"HD": 8, "BD": 4, "BDF": 8, "BT": 4, "NB": 3},
+                                    {"K": "BD", "HID": "BDF"}, multiple_of={"D": "HD", "KVD": "HD"},
+                                    variants=({"KVD": 32}, {"NB": 24}, {"NB": 1}, {"BD": 2, "threads": 64})),
     "tests/programs/bf16_ops.tk": Spec({"M": 40, "N": 64, "K": 32}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"}),
     "tests/programs/cluster_pulled_sum.tk": Spec({"M": 40, "K": 256, "N": 96, "R": 32}, {"BM": 16, "BN": 32},
                                                  {"M": "BM", "N": "BN"}, variants=({"CS": 2},)),
@@ -158,6 +167,13 @@ SPECS: dict[str, Spec] = {
                                         {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 4, "WM": 64, "WN": 64,
                                          "WNITER": 4})),
 }
+
+
+def grid_sync(path: str) -> bool:
+    """Whether the kernel has a `sync grid` (a cooperative launch: target cuda and the interpreter
+    only; TileLang has no grid barrier)."""
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        return re.search(r"^\s*sync\s+grid\b", f.read(), re.M) is not None
 
 
 def tile_of(spec: Spec, tile: str | int, dims: dict[str, int]) -> int:

@@ -196,8 +196,9 @@ def test_header_carries_the_launch_shape(generated, path):
     got = [int(x) for x in m.groups()]
     assert got[:3] == grid and got[3] == got[4] == threads and got[5:8] == cluster
     config = cuda.launch_config(source)
+    cooperative = {"cooperative": True} if any(o.name == "tile.grid_barrier" for o in launch.walk()) else {}
     assert config == {"kernel": module.func.attrs["sym_name"], "grid": grid, "block": [threads, 1, 1],
-                      "cluster": cluster, "smem_bytes": got[8]}
+                      "cluster": cluster, "smem_bytes": got[8], **cooperative}
     # the layout holds every shared tile the budget check counted (those alive together share no bytes)
     counted = [b * s for _, b, s in shared_buffers(launch, module.env)]
     # (plus register tiles the plan keeps in shared memory: attention.tk's two [64, 128] f32

@@ -18,7 +18,7 @@ import torch
 import tkc
 from dsl.diagnostics import TkError
 from dsl.interpreter import run
-from edge_shapes import ROOT, SPECS, all_cases, dists, files_without_spec
+from edge_shapes import ROOT, SPECS, all_cases, dists, files_without_spec, grid_sync
 from fenced import launch_fenced
 from tkc import driver, oracle
 
@@ -68,7 +68,7 @@ def _on_cpu(path: str, case: str) -> bool:
     (SDDMM: about 2 s of TileLang C compile per shape, 37 shapes) and peft_miss.tk only the cases
     that cut several dims and the tile variants; the interpreter runs every case, and tests/test_sddmm.py runs the
     C kernel's every split at shapes that cut the tiles."""
-    if _clustered(path):
+    if _clustered(path) or grid_sync(path):  # tilelang-cpu: test_no_grid_barrier_on_tilelang_cpu
         return False
     with open(os.path.join(ROOT, path), encoding="utf-8") as f:
         sampled = "tiles(" in f.read()

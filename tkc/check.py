@@ -38,7 +38,11 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
     module = driver.frontend(path, defines)
     if target is None:  # TileLang's C target has no clusters: the interpreter simulates them
         clusters = any("cluster" in op.attrs for op in module.walk() if op.name == "tile.launch")
-        target = "tilelang" if torch.cuda.is_available() else "interp" if clusters else "tilelang-cpu"
+        grid_sync = any(op.name == "tile.grid_barrier" for op in module.walk())  # `sync grid`: cuda only
+        if torch.cuda.is_available():
+            target = "cuda" if grid_sync else "tilelang"
+        else:
+            target = "interp" if clusters or grid_sync else "tilelang-cpu"
     device = "cuda" if target in ("tilelang", "cuda") else "cpu"
     if device == "cuda" and not torch.cuda.is_available():  # the user's machine, not a tkc bug
         raise error(module.func.loc, f"target `{target}` needs a CUDA GPU, and torch sees none",

@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run on random inputs; --check compares with the torch reference")
     r.add_argument("file")
     r.add_argument("--target", default=None, choices=("tilelang", "tilelang-cpu", "cuda", "interp"),
-                   help="default: tilelang on a CUDA GPU, else tilelang-cpu (interp for cluster kernels); interp: the reference interpreter")
+                   help="default: tilelang on a CUDA GPU (cuda for `sync grid` kernels), else tilelang-cpu (interp for cluster and `sync grid` kernels); interp: the reference interpreter")
     r.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="NAME=VALUE")
     r.add_argument("--check", action="store_true", help="compare with the reference; exit 1 on mismatch")
     r.add_argument("--seed", type=int, default=0)

@@ -130,6 +130,9 @@ class CudaLaunch:
         # the kernel waits for its predecessor before touching memory (codegen's tk_pdl_enter), so
         # it may be launched programmatically (tkc.programmatic_launch)
         self.pdl = "tk_pdl_enter();" in source and not sddmm
+        # `sync grid` (codegen: cg::this_grid().sync()): launched with the cooperative attribute
+        self.cooperative = bool(config.get("cooperative"))
+        self._resident: dict[int, int] = {}  # device index -> blocks of this kernel resident at once
 
     def function(self, index: int, name: str | None = None):
         """The kernel `name` (default: the launch's kernel) loaded on device `index`."""
@@ -222,12 +225,47 @@ class CudaLaunch:
         # the kernel's module lives in its device's context: switch only when that is not the current one
         same = index == cupy.cuda.runtime.getDevice()
         with contextlib.nullcontext() if same else cupy.cuda.Device(index):
+            if self.cooperative:
+                name, grid, block, fn_args, smem = launches[0]
+                function = self.function(index, name).kernel.ptr
+                self.check_resident(index, function, grid)
+                _launch_ex(function, grid, block, fn_args, smem, handle, cooperative=True,
+                           programmatic=_programmatic.get() and self.pdl and _pdl_supported(index))
+                return
             if _programmatic.get() and self.pdl and len(launches) == 1 and _pdl_supported(index):
                 name, grid, block, fn_args, smem = launches[0]
-                _launch_programmatic(self.function(index, name).kernel.ptr, grid, block, fn_args, smem, handle)
+                _launch_ex(self.function(index, name).kernel.ptr, grid, block, fn_args, smem, handle, programmatic=True)
                 return
             for name, grid, block, fn_args, smem in launches:
                 self.function(index, name).kernel(grid, block, tuple(fn_args), smem, stream)
+
+
+    def check_resident(self, index: int, function: int, grid) -> None:
+        """A cooperative launch (`sync grid`) needs every block of the grid resident at once:
+        a TkError (a user error) naming the most this GPU holds, before CUDA refuses the launch."""
+        if index not in self._resident:
+            import torch
+
+            count = ctypes.c_int(0)
+            occupancy = _libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor
+            occupancy.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+            status = occupancy(ctypes.byref(count), ctypes.c_void_p(function), int(math.prod(self.block)), self.smem)
+            if status:
+                raise BackendError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed with CUDA driver error {status}")
+            sms = torch.cuda.get_device_properties(index).multi_processor_count
+            self._resident[index] = (count.value, sms)
+        per_sm, sms = self._resident[index]
+        blocks = math.prod(grid)
+        if blocks > per_sm * sms:
+            import torch
+            from dsl.diagnostics import Loc, error
+
+            raise error(self.loc or Loc(self.source_path, 0, 0),
+                        f"`sync grid` needs every block of the grid resident at once: the grid has {blocks} blocks, "
+                        f"and this {torch.cuda.get_device_name(index)} holds at most {per_sm * sms} of this kernel "
+                        f"({per_sm} per SM x {sms} SMs)",
+                        f"choose a grid of at most {per_sm * sms} blocks (a persistent grid that loops over the work), "
+                        "or fewer threads, registers or shared memory per block")
 
 
 _programmatic = contextvars.ContextVar("tkc_programmatic_launch", default=False)
@@ -261,6 +299,7 @@ class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig (cuda.h)
 
 
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+_COOPERATIVE = 2  # CU_LAUNCH_ATTRIBUTE_COOPERATIVE
 
 
 @functools.lru_cache(maxsize=None)
@@ -308,12 +347,18 @@ def _allow_nonportable_cluster(function: int) -> None:
         raise BackendError(f"cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) failed with CUDA driver error {status}")
 
 
-def _launch_programmatic(function: int, grid, block, args, smem: int, stream: int) -> None:
-    """Launch CUfunction `function` with the programmatic-stream-serialization attribute; `args`
-    are numpy uint64 (pointers) and int32 scalars, in order. Raises BackendError on a driver error."""
-    attr = _LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION)
-    attr.value = (1).to_bytes(4, "little") + bytes(60)  # programmaticStreamSerializationAllowed = 1
-    config = _LaunchConfig(*grid, *block, smem, stream, ctypes.pointer(attr), 1)
+def _launch_ex(function: int, grid, block, args, smem: int, stream: int, programmatic: bool = False,
+               cooperative: bool = False) -> None:
+    """Launch CUfunction `function` through cuLaunchKernelEx with the programmatic-stream-
+    serialization attribute (`programmatic`) and/or the cooperative one (`cooperative`: every
+    block resident at once, for cg::this_grid().sync()); `args` are numpy uint64 (pointers) and
+    int32 scalars, in order. Raises BackendError on a driver error."""
+    ids = ([_PROGRAMMATIC_STREAM_SERIALIZATION] if programmatic else []) + ([_COOPERATIVE] if cooperative else [])
+    attrs = (_LaunchAttribute * max(1, len(ids)))()
+    for attr, key in zip(attrs, ids):
+        attr.id = key
+        attr.value = (1).to_bytes(4, "little") + bytes(60)  # programmaticStreamSerializationAllowed / cooperative = 1
+    config = _LaunchConfig(*grid, *block, smem, stream, attrs, len(ids))
     values = [ctypes.c_uint64(int(a)) if a.dtype.itemsize == 8 else ctypes.c_int32(int(a)) for a in args]
     params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
     status = _cu_launch_kernel_ex()(ctypes.byref(config), function, params, None)

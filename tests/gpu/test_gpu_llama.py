@@ -77,6 +77,34 @@ def test_graph_step_logits_match_the_reference(tmp_path, cache_dir, dtype, n_kv_
     assert model._graph is not None
 
 
+@pytest.mark.parametrize("dtype, n_kv_heads", [("f32", 2), ("f16", 6)])
+def test_layer_kernel_step_logits_match_the_reference(cache_dir, dtype, n_kv_heads):
+    """One examples/llama_layer.tk launch per layer (a persistent grid with `sync grid`, launched
+    cooperatively and captured in the step's graph with programmatic launch), 70 positions."""
+    config = _stories15m(n_kv_heads)
+    weights = lf.random_weights(config, seed=n_kv_heads + 1, scale=0.1)
+    model = Llama(config, weights, target="cuda", cache_dir=cache_dir, dtype=dtype, layer_kernel=True)
+    ref = TorchLlama(config, weights, device="cuda", dtype=torch.float64)
+    tokens = torch.randint(0, config.vocab_size, (70,), generator=torch.Generator().manual_seed(8)).tolist()
+    for pos, token in enumerate(tokens):
+        err = _rel(model.step(token, pos), ref.step(token, pos))
+        assert err < TOLERANCE[dtype], f"{dtype} position {pos}: relative error {err:.2e}"
+
+
+def test_a_grid_too_large_to_be_resident_is_a_user_error(tmp_path):
+    """`sync grid` needs every block resident: a grid past what the GPU holds is a located TkError
+    before the launch (not a CUDA error, not a hang)."""
+    from dsl.diagnostics import TkError
+
+    path = tmp_path / "big.tk"
+    path.write_text("kernel big<NB=100000>(X: f32[1, N]) -> (Y: f32[1, N])\n    where N = 8\n{\n"
+                    "    grid (NB) as (b) threads(1024)\n    sync grid\n    Y[0 : +1, b : +1] = X[0 : +1, b : +1]\n}\n")
+    k = tkc.compile(str(path), target="cuda", cache_dir=str(tmp_path))
+    with pytest.raises(TkError, match="`sync grid` needs every block of the grid resident at once: the grid has "
+                                      "100000 blocks"):
+        k(torch.randn(1, 8, device="cuda"))
+
+
 def test_greedy_queues_the_steps_ahead(cache_dir):
     """Llama.greedy (the steps' graphs replayed back to back, each one's argmax the next one's
     token) gives the tokens of next_token in a loop at any look-ahead; after an early stop the

@@ -22,15 +22,15 @@ ACCUM = os.path.join(ROOT, "examples", "accum.tk")
 
 @pytest.fixture
 def launches(monkeypatch):
-    """The number of programmatic launches so far (a spy on cuda_runtime._launch_programmatic)."""
+    """The number of programmatic launches so far (a spy on cuda_runtime._launch_ex)."""
     count = [0]
-    real = cuda_runtime._launch_programmatic
+    real = cuda_runtime._launch_ex
 
     def spy(*a, **k):
-        count[0] += 1
+        count[0] += bool(k.get("programmatic"))
         return real(*a, **k)
 
-    monkeypatch.setattr(cuda_runtime, "_launch_programmatic", spy)
+    monkeypatch.setattr(cuda_runtime, "_launch_ex", spy)
     return count
 
 

@@ -29,7 +29,7 @@ from dsl.diagnostics import TkError
 from tkc import driver, oracle
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from edge_shapes import ROOT, all_cases, dists  # noqa: E402
+from edge_shapes import ROOT, all_cases, dists, grid_sync  # noqa: E402
 from fenced import launch_fenced  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -64,6 +64,8 @@ def _cases() -> list:
     every = all_cases()
     for t in TARGETS:
         for p, c, v in every:
+            if t == "tilelang" and grid_sync(p):  # TileLang has no grid barrier (a located error)
+                continue
             mine = [x for x in every if x[0] == p]
             marks = () if _quick(t, p, c, mine) else (pytest.mark.slow,)
             out.append(pytest.param(t, p, c, v, marks=marks, id=f"{t}:{os.path.basename(p)}:{c}"))

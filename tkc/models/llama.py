@@ -81,6 +81,10 @@ class Llama:
             the file's or quantized here, through `matmul_q8.tk`, with `silu_mul.tk` between the
             FFN's GEMVs; f16 KV caches; activations f32, not quantized as runq.c does).
 
+        layer_kernel: run each layer as one `llama_layer.tk` launch (a persistent grid, its phases
+            separated by `sync grid`; target `cuda`, or `interp`) instead of five kernels; off by
+            default (slower on an H100). `layer_consts` sets its schedule constants (NB, BD, BDF,
+            BT, threads).
         graph: capture the step in one CUDA graph (default: on the GPU targets). The first step
             runs the kernels one by one and captures them; later steps replay the graph.
         programmatic: capture the graph's kernels with programmatic dependent launch
@@ -93,7 +97,8 @@ class Llama:
     """
 
     def __init__(self, config: Config, weights: Weights, target: str | None = None, cache_dir: str | None = None,
-                 dtype: str = "f32", graph: bool | None = None, programmatic: bool | None = None):
+                 dtype: str = "f32", graph: bool | None = None, programmatic: bool | None = None,
+                 layer_kernel: bool | None = None, layer_consts: dict[str, int] | None = None):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.c = c = config
@@ -102,6 +107,14 @@ class Llama:
         # the graph's kernels launched programmatically (tkc.programmatic_launch; `cuda` only):
         # on by default there (H100, 2026-11-26: 2881 -> 3119 tok/s at stories110M f16)
         self.programmatic = (self.target == "cuda") if programmatic is None else programmatic
+        # one `llama_layer.tk` launch per layer (its five phases separated by grid barriers)
+        # instead of five kernels: target `cuda` (a cooperative launch; `interp` for tests), f32
+        # and f16 weights. Off by default: slower than the five kernels (H100, 2026-11-27,
+        # stories110M f16 at position 64: 287-318 against 256 us per step; docs/PERFORMANCE.md)
+        self.layer_kernel = bool(layer_kernel)
+        if self.layer_kernel and (self.target not in ("cuda", "interp") or dtype == "int8"):
+            raise ValueError(f"layer_kernel needs target `cuda` (or `interp`) and f32 or f16 weights, "
+                             f"got {self.target!r}, {dtype}")
         device = "cuda" if self.target in ("cuda", "tilelang") else "cpu"
         self._workdir = tempfile.TemporaryDirectory(prefix="tkc-llama-")
         work = self._workdir.name
@@ -124,6 +137,15 @@ class Llama:
                              # trip (stories110M's 768 x 2048 f16 on an H100: 3.4 against 4.1 us)
                              ("matmul_residual:w2", {"W": "f16"} if f16 else None,
                               {"BD": 2, "BK": 2048, "threads": 256})]
+        if self.layer_kernel:
+            f16 = dtype == "f16"
+            retype = {**(caches or {}), **({n: "f16" for n in ("WQ", "WK", "WV", "WO", "W1", "W3", "W2")} if f16 else {})}
+            # one work item per block in every phase where the GPU holds that many blocks (rows of
+            # 4 for q/k/v, wo and w2, of 8 for w1/w3; a head for attention)
+            items = max(c.dim // 4, c.n_heads, -(-c.hidden_dim // 8))
+            consts = {"HD": c.head_size, "BT": 128, "NB": min(items, 264), **(layer_consts or {})}
+            keep = {"embedding", "rmsnorm_matmul"}
+            plan = [p for p in plan if p[0] in keep] + [("llama_layer", retype or None, consts)]
         self.k = {key: tkc.compile(example_variant(key.split(":")[0], work, retype), target=self.target,
                                    cache_dir=cache_dir, **consts) for key, retype, consts in plan}
         self.w = {n: getattr(weights, n).to(device=device, dtype=torch.float32).contiguous()
@@ -331,6 +353,12 @@ class Llama:
         x = k["embedding"](w["token_embedding"], self._ids)  # [1, dim]
         for layer in range(c.n_layers):
             kc, vc = self.key_cache[layer], self.value_cache[layer]
+            if self.layer_kernel:  # the whole layer in one launch (examples/llama_layer.tk)
+                wqkv = w["wqkv"][layer]
+                x = k["llama_layer"](x, w["rms_att"][layer].view(1, dim), wqkv[:dim], wqkv[dim:dim + kv],
+                                     wqkv[dim + kv:], w["wo"][layer], w["rms_ffn"][layer].view(1, dim), w["w1"][layer],
+                                     w["w3"][layer], w["w2"][layer], pos, kc, vc)[0]
+                continue
             if self.dtype == "int8":
                 qkv = self.gemv("wqkv", k["rmsnorm"](x, w["rms_att"][layer].view(1, dim)), layer)
                 qkv = qkv.view(1, dim + 2 * kv)

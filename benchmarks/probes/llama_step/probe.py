@@ -98,7 +98,8 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=200)
     p.add_argument("--argmax", action="store_true", help="first time forms of the logits' argmax")
     p.add_argument("--forms", default="dram,l2,dram-nopdl,l2-nopdl",
-                   help="dram / l2 (every layer reads layer 0's weights), -nopdl: ordinary launches")
+                   help="dram / l2 (every layer reads layer 0's weights), -nopdl: ordinary launches, -layer: one "
+                        "llama_layer.tk launch per layer instead of five kernels, `:NAME=V` its constants")
     args = p.parse_args(argv)
 
     from llama import MODELS, copy_rate, weight_bytes
@@ -118,7 +119,11 @@ def main(argv=None) -> int:
         for dtype in args.dtypes.split(","):
             floor_us = weight_bytes(config, dtype) / rate * 1e6
             for form in args.forms.split(","):
-                model = Llama(config, weights, target="cuda", dtype=dtype, programmatic=not form.endswith("nopdl"))
+                base, *consts = form.split(":")  # `dram:NB=528:BD=2`: llama_layer.tk's constants
+                consts = {k: int(v) for k, v in (c.split("=") for c in consts)}
+                model = Llama(config, weights, target="cuda", dtype=dtype, programmatic=not base.endswith("nopdl"),
+                              layer_kernel="layer" in base, layer_consts=consts or None)
+                form = base
                 if form.startswith("l2"):
                     for name, t in list(model.w.items()):
                         if name in ("wqkv", "wo", "w1", "w3", "w2"):
@@ -127,13 +132,18 @@ def main(argv=None) -> int:
                         if name != "wcls":
                             model.q[name] = (q[0:1].expand_as(q), s[0:1].expand_as(s))
                 token = 1
-                for pos in range(args.pos):
-                    token = model.next_token(token, pos)
+                try:
+                    for pos in range(args.pos):
+                        token = model.next_token(token, pos)
+                except Exception as exc:  # noqa: BLE001 - a form that cannot launch here (residency)
+                    print(f"\n{label} {dtype} {form}: {str(exc).splitlines()[0]}")
+                    continue
                 model._set_inputs(token, args.pos)
                 us = replay_us(model, args.reps, args.pos)
                 table = kernel_table(model, 20, args.pos)
                 busy = sum(t for _, t in table.values())
                 calls = sum(c for c, _ in table.values())
+                form = form + "".join(f":{k}={v}" for k, v in consts.items())
                 rows.append((label, dtype, form, us, busy, calls, floor_us))
                 print(f"\n{label} {dtype} {form}: replay {us:.1f} us per step, kernels {busy:.1f} us in "
                       f"{calls:.0f} launches, between kernels {us - busy:.1f} us; floor {floor_us:.1f} us")
