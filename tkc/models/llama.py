@@ -98,8 +98,7 @@ class Llama:
 
     def __init__(self, config: Config, weights: Weights, target: str | None = None, cache_dir: str | None = None,
                  dtype: str = "f32", graph: bool | None = None, programmatic: bool | None = None,
-                 layer_kernel: bool | None = None, layer_consts: dict[str, int] | None = None,
-                 step_kernel: bool = False):
+                 layer_kernel: bool | None = None, layer_consts: dict[str, int] | None = None):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.c = c = config
@@ -113,11 +112,9 @@ class Llama:
         # and f16 weights. Off by default: slower than the five kernels (H100, 2026-11-27,
         # stories110M f16 at position 64: 287-318 against 256 us per step; docs/PERFORMANCE.md)
         self.layer_kernel = bool(layer_kernel)
-        # every layer in one `llama_step.tk` launch (the layer loop inside the kernel)
-        self.step_kernel = bool(step_kernel)
-        if (self.layer_kernel or self.step_kernel) and (self.target not in ("cuda", "interp") or dtype == "int8"):
-            raise ValueError(f"layer_kernel and step_kernel need target `cuda` (or `interp`) and f32 or f16 "
-                             f"weights, got {self.target!r}, {dtype}")
+        if self.layer_kernel and (self.target not in ("cuda", "interp") or dtype == "int8"):
+            raise ValueError(f"layer_kernel needs target `cuda` (or `interp`) and f32 or f16 weights, "
+                             f"got {self.target!r}, {dtype}")
         device = "cuda" if self.target in ("cuda", "tilelang") else "cpu"
         self._workdir = tempfile.TemporaryDirectory(prefix="tkc-llama-")
         work = self._workdir.name
@@ -140,7 +137,7 @@ class Llama:
                              # trip (stories110M's 768 x 2048 f16 on an H100: 3.4 against 4.1 us)
                              ("matmul_residual:w2", {"W": "f16"} if f16 else None,
                               {"BD": 2, "BK": 2048, "threads": 256})]
-        if self.layer_kernel or self.step_kernel:
+        if self.layer_kernel:
             f16 = dtype == "f16"
             retype = {**(caches or {}), **({n: "f16" for n in ("WQ", "WK", "WV", "WO", "W1", "W3", "W2")} if f16 else {})}
             # one work item per block in every phase where the GPU holds that many blocks (rows of
@@ -148,8 +145,7 @@ class Llama:
             items = max(c.dim // 4, c.n_heads, -(-c.hidden_dim // 8))
             consts = {"HD": c.head_size, "BT": 128, "NB": min(items, 264), **(layer_consts or {})}
             keep = {"embedding", "rmsnorm_matmul"}
-            name = "llama_step" if self.step_kernel else "llama_layer"
-            plan = [p for p in plan if p[0] in keep] + [(name, retype or None, consts)]
+            plan = [p for p in plan if p[0] in keep] + [("llama_layer", retype or None, consts)]
         self.k = {key: tkc.compile(example_variant(key.split(":")[0], work, retype), target=self.target,
                                    cache_dir=cache_dir, **consts) for key, retype, consts in plan}
         self.w = {n: getattr(weights, n).to(device=device, dtype=torch.float32).contiguous()
@@ -170,10 +166,6 @@ class Llama:
             wdt = torch.float32 if dtype == "f32" else torch.float16
             self.w.update({name: torch.cat([getattr(weights, n) for n in parts], dim=-2).to(device=device, dtype=wdt)
                            .contiguous() for name, parts in stacked.items()})
-        if self.step_kernel:  # llama_step.tk takes q, k and v as their own [L, rows, K] tensors
-            wqkv = self.w["wqkv"]
-            self.w.update(wq=wqkv[:, :c.dim].contiguous(), wk=wqkv[:, c.dim:c.dim + c.kv_dim].contiguous(),
-                          wv=wqkv[:, c.dim + c.kv_dim:].contiguous())
         cache_dtype = torch.float32 if dtype == "f32" else torch.float16
         self.key_cache = torch.zeros(c.n_layers, c.seq_len, c.kv_dim, device=device, dtype=cache_dtype)
         self.value_cache = torch.zeros_like(self.key_cache)
@@ -359,10 +351,6 @@ class Llama:
         c, k, w = self.c, self.k, self.w
         dim, kv = c.dim, c.kv_dim
         x = k["embedding"](w["token_embedding"], self._ids)  # [1, dim]
-        if self.step_kernel:  # every layer in one launch: x is updated in place
-            k["llama_step"](w["rms_att"], w["wq"], w["wk"], w["wv"], w["wo"], w["rms_ffn"], w["w1"], w["w3"], w["w2"],
-                            pos, x, self.key_cache, self.value_cache)
-            return k["rmsnorm_matmul"](x, w["rms_final"].view(1, dim), w["wcls"]).view(c.vocab_size)
         for layer in range(c.n_layers):
             kc, vc = self.key_cache[layer], self.value_cache[layer]
             if self.layer_kernel:  # the whole layer in one launch (examples/llama_layer.tk)
