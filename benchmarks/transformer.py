@@ -101,6 +101,7 @@ def eager_fns():
         "rope": None,  # needs HD: bound per shape below
         "attention": attention,
         "attention_split": attention,
+        "attention_grid": attention,
         "embedding": lambda e, ids: F.embedding(ids, e),
         "rmsnorm_matmul": lambda x, g, w: w @ F.rms_norm(x, (x.shape[1],), g[0], 1e-5).T,
         "matmul_residual": lambda w, x, r: r + w @ x.T,
@@ -150,6 +151,7 @@ def cases(group: str, cpu: bool) -> list[dict]:
             for pos in POSITIONS:
                 add("attention", {"H": heads, "HD": hd, "S": SEQ}, {}, {"pos": pos})
                 add("attention_split", {"H": heads, "HD": hd, "S": SEQ}, {}, {"pos": pos})
+                add("attention_grid", {"H": heads, "HD": hd, "S": SEQ}, {}, {"pos": pos})
             for kern in ("matmul", "matmul_f16", "matmul_q8"):
                 for d, k in ((dim, dim), (hidden, dim), (dim, hidden)):
                     if kern == "matmul_q8":  # groups of 64 (32 where 64 does not divide K), as runq.c
@@ -190,6 +192,9 @@ def cases(group: str, cpu: bool) -> list[dict]:
         label=f"H=32,HD=128,S={SEQ},pos={SEQ - 1} tuned")
     add("attention_split", {"H": 32, "HD": 128, "S": SEQ}, {}, {"pos": SEQ - 1})
     add("attention_split", {"H": 32, "HD": 128, "S": SEQ}, {"SPLIT": 8, "threads": 128}, {"pos": SEQ - 1},
+        label=f"H=32,HD=128,S={SEQ},pos={SEQ - 1} SPLIT=8")
+    add("attention_grid", {"H": 32, "HD": 128, "S": SEQ}, {}, {"pos": SEQ - 1})
+    add("attention_grid", {"H": 32, "HD": 128, "S": SEQ}, {"SPLIT": 8}, {"pos": SEQ - 1},
         label=f"H=32,HD=128,S={SEQ},pos={SEQ - 1} SPLIT=8")
     tuned = {"BN": 256, "BK": 32, "WNITER": 4, "threads": 256}  # `tkc tune`'s best at 4096^3 (H100, 2026-11-26)
     for n in (1024, 4096):
@@ -235,7 +240,7 @@ def moved_bytes(case: dict, module) -> int:
     """Bytes a kernel must move: every tensor once (attention: the KV rows 0..pos only)."""
     env = module.env
     total = sum(a.type.nbytes(env) for a in module.func.body.args)
-    if case["kernel"] in ("attention", "attention_split"):
+    if case["kernel"] in ("attention", "attention_split", "attention_grid"):
         kv = [a for a in module.func.body.args if a.name in ("KC", "VC")]
         rows = case["scalars"]["pos"] + 1
         total -= sum(a.type.nbytes(env) for a in kv)

@@ -110,6 +110,12 @@ SPECS: dict[str, Spec] = {
     "examples/attention_split.tk": Spec({"H": 3, "HD": 32, "S": 40, "KVD": 32}, {"BT": 8, "SPLIT": 2},
                                         {"H": 1, "S": "BT"},
                                         variants=({"SPLIT": 4, "BT": 4}, {"SPLIT": 1}, {"KVD": 96}, {"H": 4, "KVD": 64})),
+    # the split merged across `sync grid` (cuda and the interpreter only): SPLIT = 1 one block per
+    # head; SPLIT = 8 with 5 tiles at pos 39: blocks without a tile pass the barrier and add nothing
+    "examples/attention_grid.tk": Spec({"H": 3, "HD": 32, "S": 40, "KVD": 32}, {"BT": 8, "SPLIT": 2},
+                                       {"H": 1, "S": "BT"},
+                                       variants=({"SPLIT": 4, "BT": 4}, {"SPLIT": 1}, {"SPLIT": 8}, {"KVD": 96},
+                                                 {"H": 4, "KVD": 64})),
     # `mut` caches: one row written at pos (the inputs alternate between pos S - 1 and 0)
     "examples/kv_store.tk": Spec({"S": 5, "KVD": 72}, {"BN": 32, "threads": 32}, {"KVD": "BN"}),
     "examples/embedding.tk": Spec({"V": 50, "N": 72, "B": 3}, {"BN": 32}, {"B": 1, "N": "BN"}),
