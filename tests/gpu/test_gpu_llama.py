@@ -91,6 +91,32 @@ def test_layer_kernel_step_logits_match_the_reference(cache_dir, dtype, n_kv_hea
         assert err < TOLERANCE[dtype], f"{dtype} position {pos}: relative error {err:.2e}"
 
 
+def test_auto_attention_switches_graphs_at_grid_from(cache_dir):
+    """attention="auto": attention.tk's graph below GRID_FROM, attention_grid.tk's from there on;
+    logits against float64 torch on both sides, and greedy decoding across the switch gives the
+    tokens of next_token one by one."""
+    from tkc.models.llama import GRID_FROM
+
+    config = dataclasses.replace(_stories15m(2), seq_len=GRID_FROM + 16)
+    weights = lf.random_weights(config, seed=5, scale=0.3)
+    model = Llama(config, weights, target="cuda", cache_dir=cache_dir, attention="auto")
+    ref = TorchLlama(config, weights, device="cuda", dtype=torch.float64)
+    tokens = torch.randint(0, config.vocab_size, (GRID_FROM + 8,), generator=torch.Generator().manual_seed(9)).tolist()
+    for pos, token in enumerate(tokens):
+        logits, want = model.step(token, pos), ref.step(token, pos)
+        if pos < 4 or pos >= GRID_FROM - 4:
+            err = _rel(logits, want)
+            assert err < TOLERANCE["f32"], f"position {pos}: relative error {err:.2e}"
+    assert model._graph_long is not None
+    model.reset()
+    want, token = [], 1
+    for pos in range(GRID_FROM + 8):
+        token = model.next_token(token, pos)
+        want.append(token)
+    model.reset()
+    assert list(model.greedy(1, 0, GRID_FROM + 8)) == want
+
+
 def test_a_grid_too_large_to_be_resident_is_a_user_error(tmp_path):
     """`sync grid` needs every block resident: a grid past what the GPU holds is a located TkError
     before the launch (not a CUDA error, not a hang)."""

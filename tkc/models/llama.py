@@ -38,6 +38,11 @@ from tkc.models.llama_files import Config, Weights
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DTYPES = ("f32", "f16", "int8")
+# attention="auto": the first position decoded with attention_grid.tk (16 blocks per head, merged
+# after `sync grid`) instead of attention.tk (one block per head). H100, 2026-11-27, stories110M
+# f16, us per step, attention.tk / attention_grid.tk: 255.0 / 279.6 at position 64, 276.7 / 282.2
+# at 128, 297.9 / 285.2 at 256, 318.8 / 285.5 at 384, 360.0 / 289.6 at 700 (even near 160).
+GRID_FROM = 160
 
 
 def example_variant(name: str, workdir: str, retype: dict[str, str] | None = None) -> str:
@@ -85,6 +90,11 @@ class Llama:
             separated by `sync grid`; target `cuda`, or `interp`) instead of five kernels; off by
             default (slower on an H100). `layer_consts` sets its schedule constants (NB, BD, BDF,
             BT, threads).
+        attention: the decode attention kernel, `attention` (attention.tk, one block per head),
+            `attention_grid` (attention_grid.tk: up to 16 blocks per head merged after `sync grid`;
+            target `cuda` or `interp`), or `auto` (attention.tk below position GRID_FROM,
+            attention_grid.tk from there: two graphs on the GPU). Default: `auto` on target
+            `cuda`, `attention` elsewhere.
         graph: capture the step in one CUDA graph (default: on the GPU targets). The first step
             runs the kernels one by one and captures them; later steps replay the graph.
         programmatic: capture the graph's kernels with programmatic dependent launch
@@ -98,7 +108,8 @@ class Llama:
 
     def __init__(self, config: Config, weights: Weights, target: str | None = None, cache_dir: str | None = None,
                  dtype: str = "f32", graph: bool | None = None, programmatic: bool | None = None,
-                 layer_kernel: bool | None = None, layer_consts: dict[str, int] | None = None):
+                 layer_kernel: bool | None = None, layer_consts: dict[str, int] | None = None,
+                 attention: str | None = None):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.c = c = config
@@ -121,7 +132,23 @@ class Llama:
         caches = {"KC": "f32", "VC": "f32"} if dtype == "f32" else None  # the files' caches are f16
         # attention over 128 positions per trip (the file's 64): at stories110M's shape on an
         # H100 8.6 against 13.4 us at position 511, 3.8 against 3.6 at 63 (docs/PERFORMANCE.md)
-        common = [("embedding", None, {}), ("attention", caches, {"BT": 128})]
+        # (llama_layer.tk computes its own attention)
+        attention = attention or ("auto" if self.target == "cuda" and not self.layer_kernel else "attention")
+        if self.layer_kernel and attention != "attention":
+            raise ValueError("layer_kernel computes the attention inside llama_layer.tk: leave `attention` out")
+        if attention not in ("attention", "attention_grid", "auto"):
+            raise ValueError(f"attention must be `attention`, `attention_grid` or `auto`, got {attention!r}")
+        if attention != "attention" and self.target not in ("cuda", "interp"):
+            raise ValueError(f"attention_grid needs target `cuda` (or `interp`), got {self.target!r}")
+        self.attention = attention
+        # `auto`: positions from GRID_FROM on replay a second graph with attention_grid
+        self._att = "attention" if attention == "auto" else attention  # the kernel forward() launches
+        split = next(n for n in (16, 8, 4, 2, 1) if c.head_size % n == 0)  # each block merges HD / SPLIT columns
+        common = [("embedding", None, {})]
+        if attention != "attention_grid":
+            common.append(("attention", caches, {"BT": 128}))
+        if attention != "attention":
+            common.append(("attention_grid", caches, {"BT": 64, "SPLIT": split}))
         if dtype == "int8":
             plan = common + [("rope", {"X": "f32", "Y": "f32"}, {"HD": c.head_size}), ("kv_store", caches, {}),
                              ("rmsnorm", None, {"BR": 1}), ("matmul_q8", None, {}), ("accum", None, {}),
@@ -189,6 +216,9 @@ class Llama:
                                    threads=min(1024, bv // 8)) if self.graph else None
         self._graph = None  # torch.cuda.CUDAGraph of one step, captured at the first step
         self._logits = None  # the graph's output
+        # attention="auto": the step's graph with attention_grid.tk, and its output, replayed from
+        # position GRID_FROM on
+        self._graph_long = self._logits_long = None
 
     @classmethod
     def load(cls, path: str, target: str | None = None, cache_dir: str | None = None, dtype: str = "f32") -> "Llama":
@@ -232,11 +262,21 @@ class Llama:
     def step(self, token: int, pos: int) -> torch.Tensor:
         self._set_inputs(token, pos)
         if not self.graph:
+            if self.attention == "auto":
+                self._att = "attention_grid" if pos >= GRID_FROM else "attention"
             return self.forward(pos)
         if self._graph is not None:
-            self._graph.replay()
-            return self._logits.clone()
+            return self._replay(pos).clone()
         return self._capture()
+
+    def _replay(self, pos: int) -> torch.Tensor:
+        """Replay the step's graph for position `pos` (with attention="auto", the attention_grid
+        one from GRID_FROM on); its logits tensor."""
+        if self._graph_long is not None and pos >= GRID_FROM:
+            self._graph_long.replay()
+            return self._logits_long
+        self._graph.replay()
+        return self._logits
 
     @torch.no_grad()
     def next_token(self, token: int, pos: int) -> int:
@@ -247,7 +287,7 @@ class Llama:
         if not self.graph or self._graph is None:
             return int(torch.argmax(self.step(token, pos)))
         self._set_inputs(token, pos)
-        self._graph.replay()
+        self._replay(pos)
         self._next_host.copy_(self._next, non_blocking=True)
         torch.cuda.current_stream().synchronize()
         return int(self._next_host[0])
@@ -283,7 +323,7 @@ class Llama:
         def queue():
             nonlocal queued
             slot = queued % ahead
-            self._graph.replay()
+            self._replay(pos + queued)
             ring[slot:slot + 1].copy_(self._ids, non_blocking=True)
             done[slot].record()
             queued += 1
@@ -323,18 +363,33 @@ class Llama:
         and the logits' argmax in one CUDA graph; the logits of the run."""
         logits = self.forward(self._pos)  # compiles the kernels (tensor-scalar forms) and loads them
         self._argmax(logits.view(1, -1), torch.zeros(1, 1, dtype=torch.int32, device=logits.device))
+        if self.attention == "auto":  # compile and load attention_grid (it only reads the caches)
+            c = self.c
+            self.k["attention_grid"](torch.zeros(c.n_heads, c.head_size, device=logits.device), self.key_cache[0],
+                                     self.value_cache[0], self._pos)
         torch.cuda.synchronize()
-        self._graph = torch.cuda.CUDAGraph()
+        self._graph, self._logits = self._capture_graph()
+        if self.attention == "auto":
+            self._att = "attention_grid"
+            try:
+                self._graph_long, self._logits_long = self._capture_graph()
+            finally:
+                self._att = "attention"
+        return logits
+
+    def _capture_graph(self):
+        """(graph, logits) of one step captured with the kernels of forward()."""
+        graph = torch.cuda.CUDAGraph()
         launch = cuda_runtime.programmatic_launch() if self.programmatic else contextlib.nullcontext()
-        with torch.cuda.graph(self._graph), launch:  # the kernels check token and position themselves
-            self._logits = self.forward(self._pos)  # captured, not run
+        with torch.cuda.graph(graph), launch:  # the kernels check token and position themselves
+            out = self.forward(self._pos)  # captured, not run
             # the next step's inputs, for `greedy`'s chained replays: its token is the logits'
             # argmax (examples/argmax.tk writes it where the embedding reads the token id), its
             # position one more (`step` and `next_token` set both before each replay)
-            self._argmax(self._logits.view(1, -1), self._ids.view(1, 1))
+            self._argmax(out.view(1, -1), self._ids.view(1, 1))
             self._next = self._ids
             self._pos.add_(1)
-        return logits
+        return graph, out
 
     def forward(self, pos) -> torch.Tensor:
         """One step's kernels for the token in `self._ids` at position `pos` (an int, or the
@@ -369,7 +424,8 @@ class Llama:
                 wqkv = w["wqkv"][layer]
                 q = k["qkv_rope"](x, w["rms_att"][layer].view(1, dim), wqkv[:dim], wqkv[dim:dim + kv],
                                   wqkv[dim + kv:], pos, kc, vc)[0]
-            o = k["attention"](q.view(c.n_heads, c.head_size), kc, vc, pos)
+            o = k[self._att](q.view(c.n_heads, c.head_size), kc, vc, pos)
+            o = o[0] if isinstance(o, tuple) else o  # attention_grid: (O, its scratch partials)
             if self.dtype == "int8":
                 x = k["accum"](x, self.gemv("wo", o.view(1, dim), layer).view(1, dim))
                 xb = k["rmsnorm"](x, w["rms_ffn"][layer].view(1, dim))

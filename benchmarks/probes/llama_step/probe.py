@@ -99,7 +99,8 @@ def main(argv=None) -> int:
     p.add_argument("--argmax", action="store_true", help="first time forms of the logits' argmax")
     p.add_argument("--forms", default="dram,l2,dram-nopdl,l2-nopdl",
                    help="dram / l2 (every layer reads layer 0's weights), -nopdl: ordinary launches, -layer: one "
-                        "llama_layer.tk launch per layer instead of five kernels, `:NAME=V` its constants")
+                        "llama_layer.tk launch per layer instead of five kernels, `:NAME=V` its constants; -grid / -attn: "
+                        "attention_grid.tk / attention.tk for the attention at every position (default: the model's)")
     args = p.parse_args(argv)
 
     from llama import MODELS, copy_rate, weight_bytes
@@ -122,7 +123,9 @@ def main(argv=None) -> int:
                 base, *consts = form.split(":")  # `dram:NB=528:BD=2`: llama_layer.tk's constants
                 consts = {k: int(v) for k, v in (c.split("=") for c in consts)}
                 model = Llama(config, weights, target="cuda", dtype=dtype, programmatic=not base.endswith("nopdl"),
-                              layer_kernel="layer" in base, layer_consts=consts or None)
+                              layer_kernel="layer" in base, layer_consts=consts or None,
+                              attention="attention_grid" if "grid" in base else "attention" if "attn" in base
+                              else None)
                 form = base
                 if form.startswith("l2"):
                     for name, t in list(model.w.items()):
