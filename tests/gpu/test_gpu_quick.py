@@ -11,7 +11,7 @@ load past a tensor's end, a store past it and an element the kernel never writes
 All kernels are compiled first, in parallel worker processes that fill a shared cache (a
 TileLang or nvcc build takes seconds; serially the tier would not fit its 3 minutes). Run on the
 device machine: `python3 -m pytest -q -m "gpu and not slow" --hypothesis-profile=gpu -n 4 --dist loadfile tests/gpu`
-(4 processes: 1m44s-2m20s on an H100, 2026-11-27).
+(4 processes: 1m38s-2m20s on an H100, 2026-11-27).
 """
 
 from __future__ import annotations
