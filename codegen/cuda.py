@@ -28,8 +28,8 @@ import re
 from dsl import exprs
 from dsl.diagnostics import TkError, error
 from dsl.ir import Module, Op, Value, format_attr_dict
-from dsl.ops import (COMPARE, compare_dtype, device_checks, dynamic_dims, index_bound_exprs, peer_tiles, scalar_ranges,
-                     scalar_refs, scalars)
+from dsl.ops import (COMPARE, compare_dtype, device_checks, dynamic_dims, has_grid_barrier, index_bound_exprs, peer_tiles,
+                     scalar_ranges, scalar_refs, scalars)
 from passes.cuda_placement import smem_diagnostic
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin, Chunk
@@ -237,7 +237,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         smem = self.plan.total_smem
         config = {"kernel": kname, "grid": grid3, "block": [self.threads, 1, 1], "cluster": cluster,
                   "smem_bytes": smem}
-        grid_sync = any(o.name == "tile.grid_barrier" for o in launch.walk())
+        grid_sync = has_grid_barrier(launch)
         if grid_sync:  # `sync grid`: launched cooperatively (tkc/cuda_runtime.py), every block resident
             config["cooperative"] = True
         if self.dynamic:  # where the launch finds each dynamic dim: (argument, axis) of the first tensor naming it

@@ -18,7 +18,7 @@ import numpy as np
 
 from dsl import exprs
 from dsl.ir import Module, Op, Value
-from dsl.ops import compare_dtype, shared_accesses
+from dsl.ops import compare_dtype, has_grid_barrier, shared_accesses
 from dsl.types import DTYPES
 
 _POISON_INT = -0x5A5A5A5A
@@ -138,9 +138,8 @@ def _launch(op: Op, env: dict[str, int], arrays: dict[int, np.ndarray], outputs:
     ranks = op.attrs.get("ranks", [])
     if any(n % c for n, c in zip(extents, csize)):
         raise ProgramError(op.loc, f"the grid {extents} does not divide into clusters of {csize}")
-    grid_sync = any(o.name == "tile.grid_barrier" for o in op.walk())
     reads_output = any(o.name == "tile.copy" and id(o.operands[0]) in outputs for o in op.walk())
-    if grid_sync or (reads_output and "cluster" not in op.attrs):
+    if has_grid_barrier(op) or (reads_output and "cluster" not in op.attrs):
         return _run_grid(op, [_Block(arrays, {**env, **dict(zip(op.attrs["vars"], point))})
                               for point in itertools.product(*(range(n) for n in extents))], arrays, outputs)
     for cluster in itertools.product(*(range(n // c) for n, c in zip(extents, csize))):
@@ -203,10 +202,10 @@ def _run_cluster(op: Op, blocks: dict[tuple, "_Block"]) -> None:
 
 
 def _run_grid(op: Op, blocks: list["_Block"], arrays: dict[int, np.ndarray], outputs) -> None:
-    """A grid with `sync grid`: every block steps from grid barrier to grid barrier in lockstep
-    (within a phase one block after another), and the phase's global accesses are checked for
-    races (_GlobalRaces)."""
-    races = _GlobalRaces(op, arrays, outputs)
+    """A grid with `sync grid`, or one that reads its outputs: every block steps from grid
+    barrier to grid barrier in lockstep (within a phase one block after another), and the
+    phase's accesses to `outputs` are checked for races (_GlobalRaces)."""
+    races = _GlobalRaces(arrays, outputs)
     for i, b in enumerate(blocks):
         b.races, b.index = races, i
     running = [b.region(op.body.ops) for b in blocks]
@@ -232,8 +231,7 @@ class _GlobalRaces:
     threads are not ordered through global memory), is a race (RaceError); a block may overwrite
     what it read itself."""
 
-    def __init__(self, launch: Op, arrays: dict[int, np.ndarray], outputs):
-        self.loc = launch.loc
+    def __init__(self, arrays: dict[int, np.ndarray], outputs):
         self.arrays = arrays
         self.outputs = outputs
         self.writer: dict[int, np.ndarray] = {}

@@ -465,6 +465,11 @@ class GridBarrierOp(Op):
     name = "tile.grid_barrier"
 
 
+def has_grid_barrier(op: Op) -> bool:
+    """Whether `op` (a launch, a function or a module's func) holds a `tile.grid_barrier`."""
+    return any(o.name == "tile.grid_barrier" for o in op.walk())
+
+
 class ForOp(Op):
     """A loop `for var in [lo, hi)`; `kind` is serial, unroll or pipelined.
 

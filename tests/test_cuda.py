@@ -26,6 +26,7 @@ from codegen.cuda_plan import (OTHER, Access, SyncState, chunk_map, chunk_width,
 from dsl import exprs
 from dsl.diagnostics import TkError
 from dsl.ir import Op
+from dsl.ops import has_grid_barrier
 from passes.check_smem_fit import shared_buffers
 from profiles import examples
 from tkc import cuda_runtime, driver
@@ -196,7 +197,7 @@ def test_header_carries_the_launch_shape(generated, path):
     got = [int(x) for x in m.groups()]
     assert got[:3] == grid and got[3] == got[4] == threads and got[5:8] == cluster
     config = cuda.launch_config(source)
-    cooperative = {"cooperative": True} if any(o.name == "tile.grid_barrier" for o in launch.walk()) else {}
+    cooperative = {"cooperative": True} if has_grid_barrier(launch) else {}
     assert config == {"kernel": module.func.attrs["sym_name"], "grid": grid, "block": [threads, 1, 1],
                       "cluster": cluster, "smem_bytes": got[8], **cooperative}
     # the layout holds every shared tile the budget check counted (those alive together share no bytes)

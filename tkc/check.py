@@ -13,6 +13,7 @@ import os
 import sys
 
 from dsl.diagnostics import error
+from dsl.ops import has_grid_barrier
 from tkc import driver
 from tkc.cache import Cache
 from tkc.oracle import dims_env, error_budgets, outputs, random_inputs, reference, rel_error  # noqa: F401 (re-exported)
@@ -38,7 +39,7 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
     module = driver.frontend(path, defines)
     if target is None:  # TileLang's C target has no clusters: the interpreter simulates them
         clusters = any("cluster" in op.attrs for op in module.walk() if op.name == "tile.launch")
-        grid_sync = any(op.name == "tile.grid_barrier" for op in module.walk())  # `sync grid`: cuda only
+        grid_sync = has_grid_barrier(module.func)  # `sync grid`: cuda and interp only
         if torch.cuda.is_available():
             target = "cuda" if grid_sync else "tilelang"
         else:

@@ -132,7 +132,7 @@ class CudaLaunch:
         self.pdl = "tk_pdl_enter();" in source and not sddmm
         # `sync grid` (codegen: cg::this_grid().sync()): launched with the cooperative attribute
         self.cooperative = bool(config.get("cooperative"))
-        self._resident: dict[int, int] = {}  # device index -> blocks of this kernel resident at once
+        self._resident: dict[int, tuple[int, int]] = {}  # device index -> (blocks resident per SM, SMs)
 
     def function(self, index: int, name: str | None = None):
         """The kernel `name` (default: the launch's kernel) loaded on device `index`."""
@@ -225,16 +225,14 @@ class CudaLaunch:
         # the kernel's module lives in its device's context: switch only when that is not the current one
         same = index == cupy.cuda.runtime.getDevice()
         with contextlib.nullcontext() if same else cupy.cuda.Device(index):
-            if self.cooperative:
+            programmatic = _programmatic.get() and self.pdl and len(launches) == 1 and _pdl_supported(index)
+            if programmatic or self.cooperative:  # launch attributes: through cuLaunchKernelEx
                 name, grid, block, fn_args, smem = launches[0]
                 function = self.function(index, name).kernel.ptr
-                self.check_resident(index, function, grid)
-                _launch_ex(function, grid, block, fn_args, smem, handle, cooperative=True,
-                           programmatic=_programmatic.get() and self.pdl and _pdl_supported(index))
-                return
-            if _programmatic.get() and self.pdl and len(launches) == 1 and _pdl_supported(index):
-                name, grid, block, fn_args, smem = launches[0]
-                _launch_ex(self.function(index, name).kernel.ptr, grid, block, fn_args, smem, handle, programmatic=True)
+                if self.cooperative:
+                    self.check_resident(index, function, grid)
+                _launch_ex(function, grid, block, fn_args, smem, handle, programmatic=programmatic,
+                           cooperative=self.cooperative)
                 return
             for name, grid, block, fn_args, smem in launches:
                 self.function(index, name).kernel(grid, block, tuple(fn_args), smem, stream)
@@ -243,9 +241,9 @@ class CudaLaunch:
     def check_resident(self, index: int, function: int, grid) -> None:
         """A cooperative launch (`sync grid`) needs every block of the grid resident at once:
         a TkError (a user error) naming the most this GPU holds, before CUDA refuses the launch."""
-        if index not in self._resident:
-            import torch
+        import torch
 
+        if index not in self._resident:
             count = ctypes.c_int(0)
             occupancy = _libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor
             occupancy.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
@@ -257,7 +255,6 @@ class CudaLaunch:
         per_sm, sms = self._resident[index]
         blocks = math.prod(grid)
         if blocks > per_sm * sms:
-            import torch
             from dsl.diagnostics import Loc, error
 
             raise error(self.loc or Loc(self.source_path, 0, 0),

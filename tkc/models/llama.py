@@ -108,7 +108,7 @@ class Llama:
 
     def __init__(self, config: Config, weights: Weights, target: str | None = None, cache_dir: str | None = None,
                  dtype: str = "f32", graph: bool | None = None, programmatic: bool | None = None,
-                 layer_kernel: bool | None = None, layer_consts: dict[str, int] | None = None,
+                 layer_kernel: bool = False, layer_consts: dict[str, int] | None = None,
                  attention: str | None = None):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -122,7 +122,7 @@ class Llama:
         # instead of five kernels: target `cuda` (a cooperative launch; `interp` for tests), f32
         # and f16 weights. Off by default: slower than the five kernels (H100, 2026-11-27,
         # stories110M f16 at position 64: 287-318 against 256 us per step; docs/PERFORMANCE.md)
-        self.layer_kernel = bool(layer_kernel)
+        self.layer_kernel = layer_kernel
         if self.layer_kernel and (self.target not in ("cuda", "interp") or dtype == "int8"):
             raise ValueError(f"layer_kernel needs target `cuda` (or `interp`) and f32 or f16 weights, "
                              f"got {self.target!r}, {dtype}")
@@ -130,8 +130,6 @@ class Llama:
         self._workdir = tempfile.TemporaryDirectory(prefix="tkc-llama-")
         work = self._workdir.name
         caches = {"KC": "f32", "VC": "f32"} if dtype == "f32" else None  # the files' caches are f16
-        # attention over 128 positions per trip (the file's 64): at stories110M's shape on an
-        # H100 8.6 against 13.4 us at position 511, 3.8 against 3.6 at 63 (docs/PERFORMANCE.md)
         # (llama_layer.tk computes its own attention)
         attention = attention or ("auto" if self.target == "cuda" and not self.layer_kernel else "attention")
         if self.layer_kernel and attention != "attention":
@@ -145,7 +143,8 @@ class Llama:
         self._att = "attention" if attention == "auto" else attention  # the kernel forward() launches
         split = next(n for n in (16, 8, 4, 2, 1) if c.head_size % n == 0)  # each block merges HD / SPLIT columns
         common = [("embedding", None, {})]
-        if attention != "attention_grid":
+        if attention != "attention_grid":  # over 128 positions per trip (the file's 64): at stories110M's
+            # shape on an H100 8.6 against 13.4 us at position 511, 3.8 against 3.6 at 63 (docs/PERFORMANCE.md)
             common.append(("attention", caches, {"BT": 128}))
         if attention != "attention":
             common.append(("attention_grid", caches, {"BT": 64, "SPLIT": split}))
