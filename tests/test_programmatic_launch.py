@@ -10,6 +10,7 @@ import ctypes
 import glob
 import os
 
+import numpy
 import pytest
 
 from codegen import cuda
@@ -57,3 +58,69 @@ def test_programmatic_launch_only_where_the_gpu_and_driver_have_it(monkeypatch):
         monkeypatch.setattr(cuda_runtime, "_cu_launch_kernel_ex", lookup)
         assert cuda_runtime._pdl_supported(0) is want, capability
     cuda_runtime._pdl_supported.cache_clear()
+
+
+class _FakeTensor:
+    """What CudaLaunch reads of a CUDA tensor: device, pointer, element count, shape."""
+
+    is_cuda = True
+
+    def __init__(self, ptr, shape):
+        self.ptr, self.shape = ptr, shape
+
+    def get_device(self):
+        return 0
+
+    def data_ptr(self):
+        return self.ptr
+
+    def numel(self):
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+@pytest.mark.parametrize("n_tc, n_dot, fill_bt", [(3, 5, True), (3, 0, False), (0, 5, False)])
+def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, n_tc, n_dot, fill_bt):
+    """The sampled gemm's launches from one call: the tensor-core tiles (when there are any), B's
+    transpose (dot products with `fill_bt`), the dot products; every kernel takes the tensors'
+    pointers then n_tc and n_dot, the transpose B and Bt only, and the grids follow the plan."""
+    path = os.path.join(ROOT, "examples", "sddmm.tk")
+    source = cuda.emit(driver.optimize(driver.frontend(path, {}), "cuda"))
+    launch = cuda_runtime.CudaLaunch(path, source)
+    launched = []
+
+    class Runtime:
+        @staticmethod
+        def getDevice():
+            return 0
+
+    class Function:  # what CudaLaunch.function(index, name).kernel is: CuPy's launchable function
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, grid, block, args, smem, stream):
+            launched.append((self.name, grid, block, [int(a) for a in args], smem))
+
+    cuda_ns = type("cuda", (), {"runtime": Runtime, "ExternalStream": staticmethod(lambda handle, index: None)})
+    fake_cupy = type("cupy", (), {"cuda": cuda_ns})
+    fake_torch = type("torch", (), {"_C": type("C", (), {"_cuda_getCurrentRawStream": staticmethod(lambda i: 77)})})
+    monkeypatch.setattr(cuda_runtime, "_cupy_available", lambda: True)
+    monkeypatch.setattr(cuda_runtime, "_modules", lambda: (fake_cupy, numpy, fake_torch))
+    monkeypatch.setattr(launch, "function", lambda index, name=None: type("F", (), {"kernel": Function(name)}))
+    K, N = 256, 1000
+    # A, B, rows, cols, P, Bt, then the plan: tc_ptr, tc_m, tc_n, tc_order, dot_order
+    shapes = [(64, K), (K, N), (9,), (9,), (9,), (N, K), (n_tc + 1,), (n_tc,), (n_tc,), (9,), (n_dot,)]
+    tensors = [_FakeTensor(4096 * (i + 1), s) for i, s in enumerate(shapes)]
+    launch(*tensors, fill_bt=fill_bt)
+    ptrs = [t.ptr for t in tensors]
+    want = []
+    if n_tc:
+        want.append((launch.tc_kernel, (n_tc, 1, 1), launch.block, ptrs + [n_tc, n_dot], launch.smem))
+    if n_dot and fill_bt:
+        name, tile, threads = launch.transpose
+        want.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), [ptrs[1], ptrs[5]], 0))
+    if n_dot:
+        want.append((launch.dot_kernel, (-(-n_dot // launch.dot_per_block), 1, 1), launch.block, ptrs + [n_tc, n_dot], 0))
+    assert launched == want

@@ -333,6 +333,48 @@ def test_tilelang_cpu_runs_through_the_runtime(tmp_path):
     assert kernel(a, b, uniform(50, 41, 0)).shape == (0,)
 
 
+@pytest.mark.parametrize("out", ["NNZ", "M, N"])
+def test_calls_on_a_seen_pattern_take_the_short_path_and_stay_right(tmp_path, monkeypatch, out):
+    """A second call with the same pattern object and dense signature skips the checks and the
+    plan lookup (Kernel._sampled_call, its record in the pattern's memo); it must still compute
+    each call's own A and B, take B as a transposed view, follow a changed `dot_below`, and not
+    serve another pattern object of the same shape (a dense P zero off the pattern each time)."""
+    path = _write(tmp_path, KERNEL.format(bm=16, bn=16, fmt="csr", dt="f16", out=out))
+    kernel = tkc.compile(path, target="tilelang-cpu")
+    short = []
+    real = type(kernel)._sampled_call
+    monkeypatch.setattr(type(kernel), "_sampled_call", lambda self, *a: short.append(1) or real(self, *a))
+    g = torch.Generator().manual_seed(3)
+
+    def check(p, a, b):
+        got = kernel(a, b, p)
+        full = a.double() @ b.double()
+        r, c = p.rows.long(), p.cols.long()
+        if out == "NNZ":
+            want = full[r, c]
+        else:
+            want = torch.zeros(50, 41, dtype=torch.float64)
+            want[r, c] = full[r, c]
+        bound = 2 * 20 * 2.0 ** -24 * (a.double().abs() @ b.double().abs()).max()
+        assert (got.double() - want).abs().max() <= bound
+
+    p, q = uniform(50, 41, 400, seed=5), uniform(50, 41, 400, seed=6)
+    operands = lambda: (torch.randn(50, 19, generator=g).half() + 0.5, torch.randn(19, 41, generator=g).half())  # noqa: E731
+    check(p, *operands())
+    assert short == []
+    check(p, *operands())  # new values, the same pattern object: the short path
+    assert short == [1]
+    a, b = operands()
+    check(p, a, b.t().contiguous().t())  # B as a transposed view: read in place
+    check(q, *operands())  # another pattern object of the same shape: the full path first
+    assert len(short) == 2
+    check(q, *operands())
+    for dot_below in (0, 10**9, 0):  # each split is its own record
+        kernel.dot_below = dot_below
+        check(p, *operands())
+    assert len(short) == 4
+
+
 @pytest.mark.parametrize("name", ["sddmm", "sddmm_wmma_16x16x16", "sddmm_wmma_32x8x16", "sddmm_wmma_8x32x16"])
 def test_tilelang_gpu_form_lowers_to_tensor_cores(name):
     """No GPU here: the GPU form of each example goes through TileLang's lowering for sm_90a

@@ -183,6 +183,15 @@ class Kernel:
         self._plain: dict[tuple, tuple] = {}
         self._plain_ok = all(p.dims is not None and p.dtype not in SPARSE_FORMATS for p in self.ast.inputs) and not any(
             p.mutable for p in self.ast.outputs)
+        # A sampled gemm (SDDMM) whose inputs are dense tensors and one checked pattern object
+        # takes a shorter path too once that pattern object was seen with the same dense
+        # signature: what the call needs (its split, the pattern's tensors, the outputs) is kept
+        # in the pattern's own memo under this kernel's token, so it lives as long as the pattern.
+        sparse = [i for i, p in enumerate(self.ast.inputs) if p.dtype in SPARSE_FORMATS]
+        self._sampled_at = sparse[0] if len(sparse) == 1 and not any(p.mutable for p in self.ast.outputs) and all(
+            p.dims is not None for p in self.ast.inputs) else None
+        self._token = object()
+        self._inputs = self.ast.inputs + [p for p in self.ast.outputs if p.mutable]
         # A sampled gemm's split (SDDMM): tiles with fewer entries than this are dot products, the
         # rest tensor-core tiles. None: the `sparse-dispatch` pass's choice (`tkc compile
         # --explain`); 0 forces tensor cores everywhere, a number above BM * BN dot products
@@ -211,7 +220,7 @@ class Kernel:
     def inputs(self):
         """What a call passes, in order: the declared inputs, then the `mut` outputs (the tensors
         the kernel updates in place)."""
-        return self.ast.inputs + [p for p in self.ast.outputs if p.mutable]
+        return self._inputs
 
     @property
     def outputs(self):
@@ -381,9 +390,20 @@ class Kernel:
             outputs = [first.new_empty(shape, dtype=dtype) for shape, dtype in outs]
             jit(*[t if t.is_contiguous() else t.contiguous() for t in tensors], *outputs)
             return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        if self._sampled_at is not None and len(tensors) == len(self._inputs):
+            memo = getattr(tensors[self._sampled_at], "_memo", None)  # a SparsePattern seen before
+            if memo is not None:
+                try:
+                    record = memo.get((self._token, self.dot_below, tuple([
+                        None if i == self._sampled_at else (t.shape, t.dtype, t.device) for i, t in enumerate(tensors)])))
+                except AttributeError:  # not a tensor: the full path reports it
+                    record = None
+                if record is not None:
+                    return self._sampled_call(record, tensors)
 
         from tkc.sparse import SparsePattern
 
+        original = tensors
         key = None
         if len(tensors) == len(self.inputs):
             try:  # a sparse input joins the fast path as a checked SparsePattern (its shape is the key)
@@ -490,10 +510,49 @@ class Kernel:
         extras, fill = [], {}
         if sampled is not None and self.target != INTERP:  # the tile lists of a sampled gemm (SDDMM)
             plan, bt, fill = self._sampled_launch_data(sampled, tensors)
+            if (key is not None and self._sampled_at is not None and not values and not runtime and not indexed
+                    and all(isinstance(t, torch.Tensor) for i, t in enumerate(original) if i != self._sampled_at)):
+                given_pattern = original[self._sampled_at]
+                if isinstance(given_pattern, SparsePattern):  # keep what its next calls need in its memo
+                    pattern = tensors[self._sampled_at]
+                    given_pattern._memo[(self._token, self.dot_below, tuple([
+                        None if i == self._sampled_at else (t.shape, t.dtype, t.device)
+                        for i, t in enumerate(original)]))] = (
+                        jit, [(shape, dtype, zeroed) for shape, dtype, zeroed in outs], (pattern.rows, pattern.cols),
+                        plan, sampled[1])
             if plan.n_tc + plan.n_dot == 0:  # no entries: nothing to launch (P is empty or zeros)
                 return outputs[0] if len(outputs) == 1 else tuple(outputs)
             extras = [bt, *plan.tensors()]
         jit(*[t if t.is_contiguous() else t.contiguous() for t in arrays], *outputs, *values, *extras, **fill)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _sampled_call(self, record, tensors):
+        """A sampled gemm's call on a pattern object seen before with this dense signature
+        (`record`, kept in the pattern's memo by the full path): allocate the outputs, pick B's
+        transposed form, launch."""
+        jit, outs, pattern_tensors, plan, b_at = record
+        first = pattern_tensors[0]  # on the kernel's device
+        outputs = [first.new_zeros(shape, dtype=dtype) if zeroed else first.new_empty(shape, dtype=dtype)
+                   for shape, dtype, zeroed in outs]
+        if plan.n_tc + plan.n_dot == 0:
+            return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        arrays = []
+        for i, t in enumerate(tensors):
+            if i == self._sampled_at:
+                arrays += pattern_tensors
+            else:
+                arrays.append(t if t.is_contiguous() else t.contiguous())
+        b = tensors[b_at]
+        fill = {}
+        if plan.n_dot == 0:
+            bt = b.reshape(b.shape[1], b.shape[0])
+        elif b.t().is_contiguous():
+            bt = b.t()
+        elif self.target == "cuda":  # the kernel's own transpose fills it
+            bt, fill = b.new_empty((b.shape[1], b.shape[0])), {"fill_bt": True}
+        else:
+            bt = b.t().contiguous()
+        jit(*arrays, *outputs, bt, *plan.tensors(), **fill)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _sampled_launch_data(self, sampled, tensors):
