@@ -19,9 +19,9 @@ written once; attention: the KV rows 0..pos) over the copy rate. Kernels are pre
 worker processes into one cache before anything is timed.
 
 torch baselines are what a user would write: `F.rms_norm`, `W @ x` (cuBLAS GEMV), the int8
-weights dequantized then multiplied, `F.silu(a) * g`, `x + d`, the pairwise RoPE of llama2.c in
-torch, `einsum` + `softmax` attention, `F.embedding`; torch.compile of the same functions
-(default mode; it recompiles for new shapes).
+weights (matmul_w8a8: and activations) dequantized then multiplied, `F.silu(a) * g`, `x + d`,
+the pairwise RoPE of llama2.c in torch, `einsum` + `softmax` attention, `F.embedding`;
+torch.compile of the same functions (default mode; it recompiles for new shapes).
 
 `--cpu` is a dry run of the whole script on tiny shapes (target tilelang-cpu, perf_counter, no
 torch.compile). The table is printed last; `--out` writes the JSON (GPU, date, commit, rows).
@@ -96,6 +96,7 @@ def eager_fns():
         "matmul": lambda w, x: w @ x.T,
         "matmul_f16": lambda w, x: (w @ x.to(w.dtype).T).float(),
         "matmul_q8": lambda w, s, x: (w.float() * s).view(w.shape[0], -1) @ x.view(-1, 1),
+        "matmul_w8a8": lambda w, s, x, sx: (w.float() * s).view(w.shape[0], -1) @ (x.float() * sx).view(-1, 1),
         "silu_mul": lambda a, g: F.silu(a) * g,
         "accum": lambda x, d: x + d,
         "rope": None,  # needs HD: bound per shape below
@@ -130,6 +131,7 @@ def cases(group: str, cpu: bool) -> list[dict]:
         add("rmsnorm", {"B": 2, "N": 64}, {"threads": 64}, dtype="f16")
         add("matmul_f16", {"D": 8, "K": 64}, {"BK": 32})
         add("matmul_q8", {"D": 8, "G": 4, "GS": 32})
+        add("matmul_w8a8", {"D": 8, "G": 4, "GS": 32})
         add("silu_mul", {"B": 2, "H": 96}, {"BN": 32, "threads": 32})
         add("rope", {"B": 2, "D": 64}, {"HD": 16}, {"pos": 5})
         add("attention", {"H": 2, "HD": 32, "S": 40}, {"BT": 16}, {"pos": 39})
@@ -152,9 +154,9 @@ def cases(group: str, cpu: bool) -> list[dict]:
                 add("attention", {"H": heads, "HD": hd, "S": SEQ}, {}, {"pos": pos})
                 add("attention_split", {"H": heads, "HD": hd, "S": SEQ}, {}, {"pos": pos})
                 add("attention_grid", {"H": heads, "HD": hd, "S": SEQ}, {}, {"pos": pos})
-            for kern in ("matmul", "matmul_f16", "matmul_q8"):
+            for kern in ("matmul", "matmul_f16", "matmul_q8", "matmul_w8a8"):
                 for d, k in ((dim, dim), (hidden, dim), (dim, hidden)):
-                    if kern == "matmul_q8":  # groups of 64 (32 where 64 does not divide K), as runq.c
+                    if kern in ("matmul_q8", "matmul_w8a8"):  # groups of 64 (32 where 64 does not divide K), as runq.c
                         gs = 64 if k % 64 == 0 else 32
                         add(kern, {"D": d, "G": k // gs, "GS": gs}, label=f"D={d},K={k}")
                     else:
@@ -185,6 +187,7 @@ def cases(group: str, cpu: bool) -> list[dict]:
     add("matmul_f16", {"D": 11008, "K": 4096})
     add("matmul_f16", {"D": 11008, "K": 4096}, {"BD": 2, "BK": 2048, "threads": 256}, label="D=11008,K=4096 tuned")
     add("matmul_q8", {"D": 11008, "G": 64, "GS": 64}, label="D=11008,K=4096")
+    add("matmul_w8a8", {"D": 11008, "G": 64, "GS": 64}, label="D=11008,K=4096")
     add("matmul", {"D": 11008, "K": 4096})
     add("matmul", {"D": 11008, "K": 4096}, {"BD": 8}, label="D=11008,K=4096 tuned")
     add("attention", {"H": 32, "HD": 128, "S": SEQ}, {}, {"pos": SEQ - 1})

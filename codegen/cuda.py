@@ -502,10 +502,11 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             add(op.operands[1], True, chunk_map(shape_of(op.operands[1])))
         elif op.name == "tile.peer_store":  # nor the local instance of the destination
             add(op.operands[0], False, chunk_map(shape_of(op.operands[0])))
-        elif op.name == "tile.reduce":
-            add(op.operands[0], False, OTHER)
-            add(op.operands[1], True, OTHER)
-            add(op.operands[1], False, OTHER)
+        elif op.name in ("tile.reduce", "tile.dot_reduce"):
+            for v in op.operands[:-1]:
+                add(v, False, OTHER)
+            add(op.operands[-1], True, OTHER)
+            add(op.operands[-1], False, OTHER)
             rr = self.plan.reductions.get(id(op))
             if rr is not None and rr.scratch:  # written before the op's own barrier, read after it
                 out.append(Access(SCRATCH, True, OTHER, self.plan.scratch_offset, self.plan.total_smem))
@@ -774,13 +775,71 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         self.line(d + 1, "}")
         self.line(d, "}")
 
-    def reg_reduce(self, op: Op, d: int) -> None:
+    def op_dot_reduce(self, op: Op, d: int) -> None:
+        """int8 dot products (`tile.dot_reduce`, passes/fuse_int8_dot.py): a reduction of the
+        register tile a whose fold takes four bytes of a and of b per `__dp4a`, b read for each
+        chunk as an elementwise input (once, before the chunk loop, when every chunk of the thread
+        reads the same elements of it: a GEMV's activation row); the integer sums, exact in f32
+        (the pass's bound), then combine as any register reduction's."""
+        a, b, dst = op.operands
+        if id(op) not in self.plan.reductions:
+            raise error(op.loc, f"the CUDA backend reduces `tile.dot_reduce` in registers, and `{a}` is kept in "
+                        "shared memory", "run the default pipeline: `fuse-int8-dot` fuses only what stays in registers")
+        shape = shape_of(a)
+        v = self.plan.width(shape)
+        hoisted = self.invariant_inputs([b], shape)
+        pre = None
+        if hoisted:
+            _, idx = self._chunk_indices(shape, v)
+            decls, _ = self._chunk_indices(shape, v)
+            saved, self.lines = self.lines, []
+            pre = self.read(b, Chunk(tuple(shape), v, idx, ""), d, "inb")
+            text, self.lines = self.lines, saved
+            self.line(d, "{")
+            self.line(d + 1, f"const int ch = tid;  // the same elements of {self.name(b)} in each of this thread's chunks")
+            joined = "\n".join(text)
+            for name, expr in decls:
+                if re.search(rf"\b{name}\b", joined):
+                    self.line(d + 1, f"const int {name} = {expr};")
+            self.lines.extend("    " + line for line in text)
+            d += 1
+
+        def fold(var: str, live: str, dd: int) -> None:
+            if live:
+                self.line(dd, f"if ({live}) {{")
+                dd += 1
+            reader = pre
+            if reader is None:  # b's elements of this chunk
+                decls, idx = self._chunk_indices(shape, v)
+                saved, self.lines = self.lines, []
+                reader = self.read(b, Chunk(tuple(shape), v, idx, "it * " + str(v) + " + "), dd, "inb")
+                text, self.lines = self.lines, saved
+                joined = "\n".join(text)
+                for name, expr in decls:
+                    if re.search(rf"\b{name}\b", joined):
+                        self.line(dd, f"const int {name} = {expr};")
+                self.lines.extend(text)
+            word = lambda get, e: "tk_pack_i8x4(" + ", ".join(get(str(e + k)) for k in range(4)) + ")"  # noqa: E731
+            mine = lambda e: f"{self.name(a)}[it * {v} + {e}]"  # noqa: E731
+            self.line(dd, "int dot = 0;")
+            for e in range(0, v, 4):
+                self.line(dd, f"dot = __dp4a({word(mine, e)}, {word(reader, e)}, dot);")
+            self.line(dd, f"{var} = {var} + static_cast<float>(dot);")
+            if live:
+                self.line(dd - 1, "}")
+
+        self.reg_reduce(op, d, fold)
+        if hoisted:
+            self.line(d - 1, "}")
+
+    def reg_reduce(self, op: Op, d: int, dot_fold=None) -> None:
         """A reduction of a register tile (cuda_plan.RegReduce): each thread folds its own chunks,
         threads holding parts of the same outputs combine by xor shuffles, and when several
-        warps hold parts, their partials meet in shared scratch behind one barrier."""
-        src, dst = op.operands
+        warps hold parts, their partials meet in shared scratch behind one barrier. `dot_fold`
+        (op_dot_reduce) replaces the rows form's fold of a chunk."""
+        src, dst = op.operands[0], op.operands[-1]
         rr = self.plan.reductions[id(op)]
-        fn = op.attrs["fn"]
+        fn = op.attrs.get("fn", "sum")
         ct = compute_dtype(dst.type.dtype)
         ctype = C_TYPES[ct]
         shape, dshape = shape_of(src), shape_of(dst)
@@ -845,7 +904,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             self.line(b, f"for (int it = 0; it < {per}; ++it) {{")
             self.line(b + 1, "const int ch = it * THREADS + tid;")
             self.line(b + 1, f"{ctype} red = {identity(fn, ct)};")
-            fold("red", f"ch < {n_ch}" if guard else "", b + 1)
+            (dot_fold or fold)("red", f"ch < {n_ch}" if guard else "", b + 1)
             width = min(g, 32)
             if width > 1:
                 self.line(b + 1, "#pragma unroll")

@@ -128,6 +128,12 @@ __device__ __forceinline__ void tk_pdl_enter() {
 #endif
 }
 
+// Four int8 values as the one 32-bit word `__dp4a` multiplies bytewise (tile.dot_reduce).
+__device__ __forceinline__ int tk_pack_i8x4(int8_t a, int8_t b, int8_t c, int8_t d) {
+    return static_cast<int>(static_cast<uint32_t>(static_cast<uint8_t>(a)) | (static_cast<uint32_t>(static_cast<uint8_t>(b)) << 8) |
+                            (static_cast<uint32_t>(static_cast<uint8_t>(c)) << 16) | (static_cast<uint32_t>(static_cast<uint8_t>(d)) << 24));
+}
+
 // A memory word of BYTES bytes: vectorized global and shared accesses move one per instruction.
 template <int BYTES> struct tk_word;
 template <> struct tk_word<16> { using type = uint4; };

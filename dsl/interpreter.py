@@ -490,6 +490,12 @@ class _Block:
             res = self.arrays[id(dst)].astype(ct) + res
         self.arrays[id(dst)][...] = round_to(res, dst.type.dtype)
 
+    def op_dot_reduce(self, op: Op) -> None:
+        """The integer dot products of i8 tiles (`fuse-int8-dot`), exact in int64."""
+        a, b, dst = op.operands
+        res = (self.arrays[id(a)].astype(np.int64) * self.arrays[id(b)].astype(np.int64)).sum(axis=-1, keepdims=True)
+        self.arrays[id(dst)][...] = round_to(res, dst.type.dtype)
+
     def op_gemm(self, op: Op) -> None:
         a, b, acc = op.operands
         ct = _compute_dtype(acc.type.dtype) if acc.type.dtype != "f16" else np.float32

@@ -309,6 +309,39 @@ class ReduceOp(Op):
             fail(f"reduce result must have shape {list(want)}, got {list(dst)}")
 
 
+class DotReduceOp(Op):
+    """dst = sum(a * b) along the last axis, for i8 tiles a and b (b broadcasts against a as an
+    elementwise input does) and an i32 dst: the int8 dot products of a GEMV with int8 weights
+    and activations (llama2.c's runq.c). Made by the `fuse-int8-dot` pass from
+    `sum(cast(a, i32) * cast(b, i32), last)` on the `cuda` target, which lowers it to `__dp4a`
+    (four byte products and their sum per instruction); the pass fuses only where the f32
+    arithmetic the language defines for i32 is exact (reduced length L with L * 127 * 128 <
+    2^24), so both compute the same integers.
+    Example: `tile.dot_reduce(%w, %x, %q) {axis = 2} loc(...)`
+    """
+
+    name = "tile.dot_reduce"
+
+    def verify(self, fail, env):
+        if len(self.operands) != 3:
+            fail("`tile.dot_reduce` takes two i8 sources and an i32 destination")
+            return
+        a, b, dst = self.operands
+        if a.type.dtype != "i8" or b.type.dtype != "i8" or dst.type.dtype != "i32":
+            fail(f"`tile.dot_reduce` takes i8 sources and an i32 destination, got {a.type.dtype}, {b.type.dtype} "
+                 f"and {dst.type.dtype}")
+            return
+        sa, sb, sd = (_shape(v, env) for v in self.operands)
+        axis = self.attrs.get("axis", -1)
+        if axis != len(sa) - 1:
+            fail(f"`tile.dot_reduce` reduces the last axis ({len(sa) - 1}), got axis {axis}")
+            return
+        if len(sb) > len(sa) or any(x != y and x != 1 for x, y in zip(sb, sa[len(sa) - len(sb):])):
+            fail(f"`tile.dot_reduce` source `{b}` {b.type} does not broadcast against `{a}` {a.type}")
+        if sd != sa[:-1] + (1,):
+            fail(f"dot_reduce result must have shape {list(sa[:-1] + (1,))}, got {list(sd)}")
+
+
 class GemmOp(Op):
     """acc += a @ b with a: [M, K], b: [K, N], acc: [M, N]; products accumulate in acc's dtype.
 
@@ -491,7 +524,7 @@ class ForOp(Op):
 
 OPS: dict[str, type[Op]] = {
     cls.name: cls
-    for cls in (FuncOp, RequireOp, LaunchOp, AllocOp, FillOp, CopyOp, ReshapeOp, ElementwiseOp, ReduceOp,
+    for cls in (FuncOp, RequireOp, LaunchOp, AllocOp, FillOp, CopyOp, ReshapeOp, ElementwiseOp, ReduceOp, DotReduceOp,
                 GemmOp, SampledGemmOp, ForOp, PeerCopyOp, PeerStoreOp, ClusterBarrierOp, GridBarrierOp)
 }
 
@@ -516,6 +549,7 @@ ATTRS: dict[str, dict[str, tuple[str, bool]]] = {
                   "dst_steps": ("ints", False), "checked": ("bools", False), "async": ("bool", False)},
     "tile.elementwise": {"fn": ("str", True), "scalar": ("number", False)},
     "tile.reduce": {"fn": ("str", True), "axis": ("int", True), "accumulate": ("bool", False)},
+    "tile.dot_reduce": {"axis": ("int", True)},
     "tile.gemm": {"warp": ("exprs", False), "thread": ("exprs", False)},
     "tile.sampled_gemm": {"a_offsets": ("exprs", True), "b_offsets": ("exprs", True), "tile": ("exprs", True),
                           "pattern": ("name", True), "dot_below": ("int", False), "mma": ("ints", False)},

@@ -234,10 +234,10 @@ def make_plan(module: Module, launch: Op, threads: int) -> Plan:
             plan.moved_to_shared.append(a)
     scratch = 0
     for op in launch.walk():
-        if op.name == "tile.reduce" and plan.where(op.operands[0]) == "regs":
+        if op.name in ("tile.reduce", "tile.dot_reduce") and plan.where(op.operands[0]) == "regs":
             rr = register_reduce(shape_of(op.operands[0]), op.attrs["axis"], threads, plan.width(shape_of(op.operands[0])))
             plan.reductions[id(op)] = rr
-            scratch = max(scratch, rr.scratch * SIZES[compute_dtype(op.operands[1].type.dtype)])
+            scratch = max(scratch, rr.scratch * SIZES[compute_dtype(op.operands[-1].type.dtype)])
     _layout(plan, launch, allocs, uses)
     if scratch:
         plan.scratch_offset = -(-plan.total_smem // SMEM_ALIGN) * SMEM_ALIGN
@@ -273,7 +273,7 @@ def _gview_ok(module: Module, v: Value, roles, parents) -> bool:
     if src.type.space != "global" or id(src) in outputs or set(copy.attrs) - {"src_offsets", "checked", "src_steps"}:
         return False
     readers = [op for op, role in roles if op is not copy]
-    if not readers or any(role not in ("in", "bcast") or op.name != "tile.elementwise"
+    if not readers or any(role not in ("in", "bcast") or op.name not in ("tile.elementwise", "tile.dot_reduce")
                           for op, role in roles if op is not copy):
         return False
     if not any(role == "bcast" for _, role in roles):
@@ -312,6 +312,11 @@ def operand_roles(op: Op):
     elif op.name == "tile.reduce":
         yield "rsrc", op.operands[0]
         yield "rdst", op.operands[1]
+    elif op.name == "tile.dot_reduce":  # a's chunks folded in place; b read per chunk as an elementwise input
+        a, b, dst = op.operands
+        yield "rsrc", a
+        yield ("in" if shape_of(b) == shape_of(a) else "bcast"), b
+        yield "rdst", dst
     elif op.name == "tile.reshape":  # a thread reads elements other threads wrote: src in shared
         yield "rshape", op.operands[0]
         yield "out", op.operands[1]

@@ -19,13 +19,14 @@ from passes.check_coverage import CheckCoveragePass
 from passes.check_smem_fit import CheckSmemFitPass
 from passes.defer_reduce import DeferReducePass
 from passes.fold_copies import FoldCopiesPass
+from passes.fuse_int8_dot import FuseInt8DotPass
 from passes.map_dsmem import MapDsmemPass
 from passes.software_pipeline import SoftwarePipelinePass
 from passes.sparse_dispatch import SparseDispatchPass
 from passes.tile import TilePass
 
 PASSES = {cls.name: cls for cls in (TilePass, DeferReducePass, FoldCopiesPass, SoftwarePipelinePass, MapDsmemPass, CheckSmemFitPass,
-                                    CheckCoveragePass, SparseDispatchPass)}
+                                    CheckCoveragePass, SparseDispatchPass, FuseInt8DotPass)}
 _ITEM = re.compile(r"\s*([a-z][a-z0-9-]*)\s*(\{([^{}]*)\})?\s*(,|$)")
 
 

@@ -311,7 +311,7 @@ def test_transformer_cpu_dry_run(tmp_path):
     proc = run_script("transformer.py", ["--cpu", "--out", str(out), "--cache-dir", str(tmp_path / "cache")], tmp_path)
     rows = json.loads(out.read_text())["rows"]
     kernels = {r["kernel"] for r in rows}
-    assert {"rmsnorm", "rope", "attention", "embedding", "sgemm", "matmul_q8"} <= kernels
+    assert {"rmsnorm", "rope", "attention", "embedding", "sgemm", "matmul_q8", "matmul_w8a8"} <= kernels
     for r in rows:
         assert r["status"] == "ok" and r["time_us"] > 0, r
     assert proc.stdout.rstrip().splitlines()[-1].startswith("| ")
@@ -321,7 +321,7 @@ def test_transformer_cpu_dry_run(tmp_path):
         for case in bench.cases(group, cpu=False):
             names.add(case["kernel"])
             driver.frontend(bench.example(case["kernel"]), {**case["dims"], **case["consts"]})
-    assert names >= {"rmsnorm", "matmul", "matmul_f16", "matmul_q8", "silu_mul", "accum", "rope", "attention",
+    assert names >= {"rmsnorm", "matmul", "matmul_f16", "matmul_q8", "matmul_w8a8", "silu_mul", "accum", "rope", "attention",
                      "embedding", "rmsnorm_matmul", "ffn_gate", "sgemm"}
 
 

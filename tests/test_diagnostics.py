@@ -304,7 +304,8 @@ def test_dim_must_be_positive(capsys):
 
 
 @pytest.mark.parametrize("pipeline,col,message,notes", [
-    ("tile,frob", 6, "unknown pass `frob`", ["known passes: check-coverage, check-smem-fit, defer-reduce, fold-copies, map-dsmem, software-pipeline, sparse-dispatch, tile"]),
+    ("tile,frob", 6, "unknown pass `frob`", ["known passes: check-coverage, check-smem-fit, defer-reduce, fold-copies, "
+                                              "fuse-int8-dot, map-dsmem, software-pipeline, sparse-dispatch, tile"]),
     ("software-pipeline{foo=1}", 1, "unknown option `foo` for pass `software-pipeline`", ["options: stages"]),
     ("software-pipeline{stages=x}", 1, "option `stages` of `software-pipeline` must be an integer, got `x`", []),
     ("tile{BM=x}", 1, "tile size `BM` must be an integer, got `x`", []),

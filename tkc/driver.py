@@ -70,8 +70,10 @@ def default_pipeline(target: str, sm: str = "sm_90") -> str:
     # clusters of 9-16 blocks (sm_90's non-portable sizes): the CUDA runtime sets the kernel's
     # attribute that allows them; TileLang's launches do not
     nonportable = ",nonportable=1" if backend == "cuda" else ""
-    return (f"tile,defer-reduce,fold-copies{{backend={backend}}},software-pipeline,map-dsmem{{target={sm}{nonportable}}},check-smem-fit{{target={sm},"
-            f"backend={backend}}},check-coverage,sparse-dispatch{{target={sm}}}")
+    # int8 dot products as __dp4a: the CUDA backend's (TileLang keeps the elementwise form)
+    fuse = ",fuse-int8-dot" if backend == "cuda" else ""
+    return (f"tile,defer-reduce,fold-copies{{backend={backend}}},software-pipeline,map-dsmem{{target={sm}{nonportable}}}{fuse},"
+            f"check-smem-fit{{target={sm},backend={backend}}},check-coverage,sparse-dispatch{{target={sm}}}")
 
 
 def optimize(module, target: str):

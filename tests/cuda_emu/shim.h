@@ -46,6 +46,15 @@ inline T __shfl_xor_sync(unsigned, T v, int mask) {
     return r;
 }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline int tk_pack_i8x4(int8_t a, int8_t b, int8_t c, int8_t d) {
+    return static_cast<int>(static_cast<uint32_t>(static_cast<uint8_t>(a)) | (static_cast<uint32_t>(static_cast<uint8_t>(b)) << 8) |
+                            (static_cast<uint32_t>(static_cast<uint8_t>(c)) << 16) | (static_cast<uint32_t>(static_cast<uint8_t>(d)) << 24));
+}
+// __dp4a(a, b, c): c plus the products of a's and b's four signed bytes (CUDA's integer intrinsic)
+inline int __dp4a(int a, int b, int c) {
+    for (int k = 0; k < 4; ++k) c += static_cast<int8_t>(a >> (8 * k)) * static_cast<int8_t>(b >> (8 * k));
+    return c;
+}
 inline int __float2int_rz(float x) { return std::isnan(x) ? 0 : x >= 2147483647.0f ? 2147483647 : x <= -2147483648.0f ? (-2147483647 - 1) : static_cast<int>(x); }
 inline int __double2int_rz(double x) { return std::isnan(x) ? 0 : x >= 2147483647.0 ? 2147483647 : x <= -2147483648.0 ? (-2147483647 - 1) : static_cast<int>(x); }
 inline int32_t tk_to_i32(float x) { return __float2int_rz(x); }

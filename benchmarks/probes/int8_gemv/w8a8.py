@@ -5,8 +5,13 @@ Variants, all at D = 11008, K = 4096, GS = 64, checked against float64 torch, th
 median over 4 rotated input sets, and as CUDA-graph replays) in one run:
 * `f16_tuned`: examples/matmul_f16.tk at the tuned BD=2, BK=2048, 256 threads (the baseline);
 * `q8_f32x`: examples/matmul_q8.tk (f32 activations) at its defaults;
-* `w8a8_generated`: matmul_w8a8.tk here (integer products through the language's casts) as
-  `tkc compile --target cuda` generates it;
+* `w8a8_generated`: matmul_w8a8.tk here (integer products through the language's casts, NG
+  groups per loop trip) as `tkc compile --target cuda` generates it (`__dp4a` since the
+  `fuse-int8-dot` pass);
+* `w8a8_example*`: examples/matmul_w8a8.tk through `cuda` (its integer sums as `__dp4a`, the
+  `fuse-int8-dot` pass) at its defaults and other BD / threads;
+* `read W and S only`: a kernel that only loads W's and S's bytes (16 bytes per thread), the
+  time those bytes take on their own (a ceiling for every form above);
 * `w8a8_dp4a*`: hand/w8a8_dp4a.cu, the generated layout with 4 __dp4a per row and 16 bytes, one
   row group of BD rows per block (BD = 4 unless `_bd2`/`_bd8`), or persistent over row groups
   (`_persistNB`: NB blocks).
@@ -75,6 +80,7 @@ def main() -> None:
             f.write(text)
         launch = CudaLaunch(path, text)
         launches[name] = (lambda *a, k=launch: (k(*a, y := torch.empty((D, 1), device="cuda")), y)[1])
+    example = os.path.join(ROOT, "examples", "matmul_w8a8.tk")
     variants = [
         ("f16_tuned", tkc.compile(os.path.join(ROOT, "examples", "matmul_f16.tk"), target="cuda", cache_dir=cache,
                                   BD=2, BK=2048, threads=256), f16, ref_f16, D * K * 2 + K * 4 + D * 4),
@@ -82,7 +88,28 @@ def main() -> None:
          q8, ref_q8, D * K + D * G * 4 + K * 4 + D * 4),
         ("w8a8_generated", tkc.compile(os.path.join(HERE, "matmul_w8a8.tk"), target="cuda", cache_dir=cache),
          w8a8, ref_w8a8, D * K + D * G * 4 + K + G * 4 + D * 4),
+    ] + [(f"w8a8_example{tag}", tkc.compile(example, target="cuda", cache_dir=cache, **consts), w8a8, ref_w8a8,
+          D * K + D * G * 4 + K + G * 4 + D * 4)
+         for tag, consts in (("", {}), ("_bd1", {"BD": 1}), ("_bd4", {"BD": 4}), ("_bd4_t512", {"BD": 4, "threads": 512}),
+                             ("_bd8_t512", {"BD": 8, "threads": 512}), ("_bd2_t128", {"BD": 2, "threads": 128}))
     ] + [(name, fn, w8a8, ref_w8a8, D * K + D * G * 4 + K + G * 4 + D * 4) for name, fn in launches.items()]
+    read_src = (  # reads W and S once (16-byte loads, one per thread) and nothing else: the bytes' own time
+        '// tkc-launch: {"kernel": "rd", "grid": [GRID, 1, 1], "block": [256, 1, 1], "cluster": [1, 1, 1], "smem_bytes": 0}\n'
+        '#include <cstdint>\n'
+        'extern "C" __global__ void __launch_bounds__(256) rd(const uint4* __restrict__ w, const uint4* __restrict__ s, '
+        'unsigned* __restrict__ out) {\n'
+        '    const long i = (long)blockIdx.x * 256 + threadIdx.x;\n'
+        '    const uint4 v = i < NW ? w[i] : s[i - NW];\n'
+        '    if ((v.x ^ v.y ^ v.z ^ v.w) == 0x9e3779b9u) out[0] = 1;  // keeps the loads\n'
+        '}\n')
+    n_w, n_s = D * K // 16, D * G * 4 // 16
+    read_src = read_src.replace("GRID", str(-(-(n_w + n_s) // 256))).replace("NW", str(n_w))
+    read_path = os.path.join(cache, "read_only.cu")
+    with open(read_path, "w", encoding="utf-8") as f:
+        f.write(read_src)
+    read_launch = CudaLaunch(read_path, read_src)
+    flag = torch.zeros(4, dtype=torch.int32, device="cuda")
+    read_gus = graph_ms(timer, lambda W, S, X, SX: read_launch(W, S, flag), w8a8) * 1e3
     rows = []
     for name, fn, sets, ref, nbytes in variants:
         for s in sets[:2]:
@@ -98,6 +125,9 @@ def main() -> None:
     print(f"{'variant':<22} {'us':>8} {'graph us':>9} {'% copy':>7} {'x f16 (graph)':>14}")
     for name, us, gus, pct in rows:
         print(f"{name:<22} {us:8.1f} {gus:9.1f} {pct:6.0f}% {base / gus:13.2f}x")
+    nbytes = D * K + D * G * 4
+    print(f"{'read W and S only':<22} {'':>8} {read_gus:9.1f} {nbytes / (read_gus * 1e-6) / 1e12 / copy['tbps'] * 100:6.0f}% "
+          f"{base / read_gus:13.2f}x")
 
 
 if __name__ == "__main__":
