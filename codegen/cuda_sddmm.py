@@ -9,7 +9,7 @@ then tc_ptr, tc_m, tc_n, tc_order, dot_order, then the counts n_tc and n_dot as 
   stream through shared memory in K chunks of BK (cp.async, two stages, zero-filled past M, N
   and K); each warp owns a block of 16x8 mma.sync m16n8k16 atoms (ldmatrix fragments, B's
   transposed; f32 accumulators); the accumulators go to shared memory and the block writes the
-  tile's entries: P[e] = C[row_e - m0][col_e - n0]. The tiles' sizes (and the transposition
+  tile's entries, EPILOGUE per thread at once: P[e] = C[row_e - m0][col_e - n0]. The tiles' sizes (and the transposition
   kernel's) are passes/smem_sddmm.py's `cuda_tiles`, which check-smem-fit{backend=cuda} reads.
 - `<kernel>_dots`: DOT_PER_BLOCK entries of dot_order per block, grid cdiv(n_dot,
   DOT_PER_BLOCK), no shared memory (so the tile kernel's shared memory does not limit its
@@ -40,6 +40,7 @@ from passes.targets import DEFAULT_SM, SMEM_LIMITS
 ARCH = "sm_90a"
 DOT_ENTRIES = 4  # entries a group of lanes computes at once (their loads overlap)
 DOT_ITERS = 2  # rounds of those per block
+EPILOGUE = 4  # entries a thread of a tensor-core tile writes out at once (their index loads overlap)
 TRANSPOSE_THREADS = 256
 
 
@@ -187,6 +188,11 @@ def emit(module: Module) -> str:
     return "\n".join(L) + "\n"
 
 
+def _at(index: str) -> str:
+    """P's index of entry u of a thread's EPILOGUE entries (`index` names one entry's e, r, c)."""
+    return "(size_t)r[u] * N + c[u]" if index.startswith("(size_t)") else "e[u]"
+
+
 def _tensor_core_tile(w, T: str, index: str, asyncs: bool, vec: int, stage_elems: int) -> None:
     """Blocks [0, n_tc): the tile's A rows [BMP][BK] and B columns [BK][BNP] per K chunk in shared
     memory (two stages), mma.sync m16n8k16 per warp atom, then the entries out of the products."""
@@ -279,11 +285,18 @@ def _tensor_core_tile(w, T: str, index: str, asyncs: bool, vec: int, stage_elems
     w("                }")
     w("            }")
     w("        __syncthreads();")
+    # EPILOGUE entries per thread at once: each entry's two dependent index loads (its slot in
+    # tc_order, then its row and column) overlap the others' instead of one chain per entry
     w("        const int end = tc_ptr[blk + 1];")
-    w("        for (int s = tc_ptr[blk] + tid; s < end; s += THREADS) {")
-    w("            const int e = tc_order[s];")
-    w("            const int r = rows[e], c = cols[e];")
-    w(f"            P[{index}] = tk_o(cs[(r - m0) * CPITCH + (c - n0)]);")
+    w(f"        for (int s = tc_ptr[blk] + tid; s < end; s += {EPILOGUE} * THREADS) {{")
+    w(f"            int e[{EPILOGUE}], r[{EPILOGUE}], c[{EPILOGUE}];")
+    w("            #pragma unroll")
+    w(f"            for (int u = 0; u < {EPILOGUE}; ++u) e[u] = s + u * THREADS < end ? tc_order[s + u * THREADS] : -1;")
+    w("            #pragma unroll")
+    w(f"            for (int u = 0; u < {EPILOGUE}; ++u) if (e[u] >= 0) {{ r[u] = rows[e[u]]; c[u] = cols[e[u]]; }}")
+    w("            #pragma unroll")
+    w(f"            for (int u = 0; u < {EPILOGUE}; ++u)")
+    w(f"                if (e[u] >= 0) P[{_at(index)}] = tk_o(cs[(r[u] - m0) * CPITCH + (c[u] - n0)]);")
     w("        }")
     w("    }")
 

@@ -113,7 +113,7 @@ class FuseInt8DotPass:
                 return None
             users = uses.get(id(v), [])
             defs = [u for u in users if u is not mul]
-            if len(defs) != 1 or len(users) != 2 or defs[0].name != "tile.copy" or defs[0].attrs or \
+            if len(defs) != 1 or defs[0].name != "tile.copy" or defs[0].attrs or \
                     defs[0].operands[1] is not v or id(defs[0]) not in at or not at[id(defs[0])] < at[id(mul)]:
                 return None
             src = defs[0].operands[0]

@@ -64,12 +64,13 @@ def test_the_w8a8_example_fuses_on_cuda_only():
         assert "tile.dot_reduce" not in _ops(driver.optimize(driver.frontend(EXAMPLE, {"D": 64}), target))
 
 
-@pytest.mark.parametrize("l, fused", [(1024, True), (1028, False), (64, True), (4, True), (12, False), (48, False),
-                                      (66, False), (6, False)])
+@pytest.mark.parametrize("l, fused", [(1024, True), (2048, False), (1536, False), (64, True), (4, True), (12, False),
+                                      (48, False), (66, False), (6, False)])
 def test_fused_only_where_f32_is_exact_and_words_are_whole(tmp_path, l, fused):
-    """L * 128 * 128 <= 2^24 (1024 fuses, 1028 does not), chunks of a multiple of 4 bytes (4: one
-    4-wide chunk; 66 and 6: 2-wide), and a row the register reduction takes (12 and 48: three
-    chunks, which it stages in shared memory instead)."""
+    """L * 128 * 128 <= 2^24 (1024 fuses; 2048 and 1536, whose 16-byte chunks the register
+    reduction would take, do not), chunks of a multiple of 4 bytes (4: one 4-wide chunk; 66 and 6:
+    2-wide), and a row the register reduction takes (12 and 48: three chunks, which it stages in
+    shared memory instead)."""
     final = driver.optimize(driver.frontend(_dot(tmp_path, l=l, threads=256)), "cuda")
     assert ("tile.dot_reduce" in _ops(final)) == fused
 
@@ -85,6 +86,22 @@ def test_not_fused_when_the_products_are_used_again(tmp_path):
 }
 """
     assert "tile.dot_reduce" not in _ops(driver.optimize(driver.frontend(_write(tmp_path, text)), "cuda"))
+
+
+def test_not_fused_when_a_cast_is_used_again(tmp_path):
+    text = """kernel k<threads=64>(A: i8[R, L], B: i8[1, L]) -> (Q: i32[R, 1], P: i32[R, L])
+    where R = 4, L = 64
+{
+    grid (1) as (i) threads(threads)
+    a = cast(A[:, :], i32)
+    Q[:, :] = sum(a * cast(B[:, :], i32), 1)
+    P[:, :] = a
+}
+"""
+    final = driver.optimize(driver.frontend(_write(tmp_path, text)), "cuda")
+    assert "tile.dot_reduce" not in _ops(final)
+    got = run(final, {"A": np.full((4, 64), -3, np.int8), "B": np.full((1, 64), 5, np.int8)})
+    assert (got["Q"] == -15 * 64).all() and (got["P"] == -3).all()
 
 
 def test_not_fused_when_the_sum_accumulates(tmp_path):
