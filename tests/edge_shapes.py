@@ -83,8 +83,8 @@ SPECS: dict[str, Spec] = {
     "examples/matmul_q8.tk": Spec({"D": 40, "G": 5, "GS": 32}, {"BD": 4, "NG": 2}, {"D": "BD", "G": "NG", "GS": 8},
                                   variants=({"NG": 8, "threads": 64},)),
     # GS: 4-wide chunks and wider go to __dp4a on `cuda` (fuse-int8-dot); 31 and 33 stay elementwise
-    "examples/matmul_w8a8.tk": Spec({"D": 40, "G": 5, "GS": 32}, {"BD": 4}, {"D": "BD", "GS": 16},
-                                    variants=({"BD": 2, "threads": 64},)),
+    "examples/matmul_w8a8.tk": Spec({"D": 40, "G": 5, "GS": 32}, {"BD": 4, "NG": 2}, {"D": "BD", "G": "NG", "GS": 16},
+                                    variants=({"NG": 8, "threads": 64},)),
     "examples/matmul_residual.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
     "examples/rmsnorm_matmul.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
     "examples/ffn_gate.tk": Spec({"H": 40, "K": 100}, {"BD": 4, "BK": 32}, {"H": "BD", "K": "BK"},

@@ -133,7 +133,7 @@ def test_deferred_gemv_with_global_views_matches_torch(tmp_path, bd, bk, threads
                                            ("matmul_q8", {"D": 6, "G": 5, "GS": 48, "NG": 2, "threads": 64}),
                                            ("matmul_w8a8", {"D": 9, "G": 12, "GS": 32}),
                                            ("matmul_w8a8", {"D": 7, "G": 5, "GS": 48, "BD": 4, "threads": 64}),
-                                           ("matmul_w8a8", {"D": 7, "G": 16, "GS": 64, "threads": 64})])
+                                           ("matmul_w8a8", {"D": 7, "G": 16, "GS": 64, "NG": 16, "threads": 64})])
 def test_examples_on_the_emulation(tmp_path, name, defines):
     with open(os.path.join(ROOT, "examples", f"{name}.tk"), encoding="utf-8") as f:
         _check(f.read(), tmp_path, ["offset", "wide"], defines)
