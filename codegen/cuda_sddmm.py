@@ -170,7 +170,7 @@ def emit(module: Module) -> str:
                    "const int n_tc, const int n_dot")
     head = (f"(const {T}* __restrict__ A, const {T}* __restrict__ B, const int* __restrict__ rows, "
             f"const int* __restrict__ cols, {OT}* __restrict__ P, {sparse_args})")
-    index = "(size_t)r * N + c" if dense else "e"
+    index = "(size_t)r[u] * N + c[u]" if dense else "e[u]"  # P's index of a thread's entry u
     if tc:
         w("// one block per tensor-core tile")
         w(f"extern \"C\" __global__ void __launch_bounds__({threads}) {kname}{head} {{")
@@ -186,11 +186,6 @@ def emit(module: Module) -> str:
     _dot_products(w, T, dense, kvec, vec)
     w("}")
     return "\n".join(L) + "\n"
-
-
-def _at(index: str) -> str:
-    """P's index of entry u of a thread's EPILOGUE entries (`index` names one entry's e, r, c)."""
-    return "(size_t)r[u] * N + c[u]" if index.startswith("(size_t)") else "e[u]"
 
 
 def _tensor_core_tile(w, T: str, index: str, asyncs: bool, vec: int, stage_elems: int) -> None:
@@ -296,7 +291,7 @@ def _tensor_core_tile(w, T: str, index: str, asyncs: bool, vec: int, stage_elems
     w(f"            for (int u = 0; u < {EPILOGUE}; ++u) if (e[u] >= 0) {{ r[u] = rows[e[u]]; c[u] = cols[e[u]]; }}")
     w("            #pragma unroll")
     w(f"            for (int u = 0; u < {EPILOGUE}; ++u)")
-    w(f"                if (e[u] >= 0) P[{_at(index)}] = tk_o(cs[(r[u] - m0) * CPITCH + (c[u] - n0)]);")
+    w(f"                if (e[u] >= 0) P[{index}] = tk_o(cs[(r[u] - m0) * CPITCH + (c[u] - n0)]);")
     w("        }")
     w("    }")
 
