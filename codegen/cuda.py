@@ -790,35 +790,16 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         hoisted = self.invariant_inputs([b], shape)
         pre = None
         if hoisted:
-            _, idx = self._chunk_indices(shape, v)
-            decls, _ = self._chunk_indices(shape, v)
-            saved, self.lines = self.lines, []
-            pre = self.read(b, Chunk(tuple(shape), v, idx, ""), d, "inb")
-            text, self.lines = self.lines, saved
             self.line(d, "{")
             self.line(d + 1, f"const int ch = tid;  // the same elements of {self.name(b)} in each of this thread's chunks")
-            joined = "\n".join(text)
-            for name, expr in decls:
-                if re.search(rf"\b{name}\b", joined):
-                    self.line(d + 1, f"const int {name} = {expr};")
-            self.lines.extend("    " + line for line in text)
+            pre = self.read_at_chunk(b, shape, "", d + 1, "inb")
             d += 1
 
         def fold(var: str, live: str, dd: int) -> None:
             if live:
                 self.line(dd, f"if ({live}) {{")
                 dd += 1
-            reader = pre
-            if reader is None:  # b's elements of this chunk
-                decls, idx = self._chunk_indices(shape, v)
-                saved, self.lines = self.lines, []
-                reader = self.read(b, Chunk(tuple(shape), v, idx, "it * " + str(v) + " + "), dd, "inb")
-                text, self.lines = self.lines, saved
-                joined = "\n".join(text)
-                for name, expr in decls:
-                    if re.search(rf"\b{name}\b", joined):
-                        self.line(dd, f"const int {name} = {expr};")
-                self.lines.extend(text)
+            reader = pre or self.read_at_chunk(b, shape, f"it * {v} + ", dd, "inb")  # b's elements of this chunk
             word = lambda get, e: "tk_pack_i8x4(" + ", ".join(get(str(e + k)) for k in range(4)) + ")"  # noqa: E731
             mine = lambda e: f"{self.name(a)}[it * {v} + {e}]"  # noqa: E731
             self.line(dd, "int dot = 0;")
@@ -831,6 +812,21 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         self.reg_reduce(op, d, fold)
         if hoisted:
             self.line(d - 1, "}")
+
+    def read_at_chunk(self, v: Value, shape, reg_base: str, d: int, tmp: str):
+        """Make tile `v` readable at chunk `ch` (a C name in scope) of a tile of `shape`, declaring
+        the chunk's indices that the read uses; returns e -> C expression of element e."""
+        width = self.plan.width(shape)
+        decls, idx = self._chunk_indices(shape, width)
+        saved, self.lines = self.lines, []
+        reader = self.read(v, Chunk(tuple(shape), width, idx, reg_base), d, tmp)
+        text, self.lines = self.lines, saved
+        joined = "\n".join(text)
+        for name, expr in decls:
+            if re.search(rf"\b{name}\b", joined):
+                self.line(d, f"const int {name} = {expr};")
+        self.lines.extend(text)
+        return reader
 
     def reg_reduce(self, op: Op, d: int, dot_fold=None) -> None:
         """A reduction of a register tile (cuda_plan.RegReduce): each thread folds its own chunks,

@@ -542,41 +542,33 @@ class Kernel:
                 arrays += pattern_tensors
             else:
                 arrays.append(t if t.is_contiguous() else t.contiguous())
-        b = tensors[b_at]
-        fill = {}
-        if plan.n_dot == 0:
-            bt = b.reshape(b.shape[1], b.shape[0])
-        elif b.t().is_contiguous():
-            bt = b.t()
-        elif self.target == "cuda":  # the kernel's own transpose fills it
-            bt, fill = b.new_empty((b.shape[1], b.shape[0])), {"fill_bt": True}
-        else:
-            bt = b.t().contiguous()
+        bt, fill = self._b_transposed(plan, tensors[b_at])
         jit(*arrays, *outputs, bt, *plan.tensors(), **fill)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _b_transposed(self, plan, b):
+        """(Bt, launch keywords) for the dot products of `plan`: free for a transposed view of
+        B, left to the kernel's own transpose on `cuda` (`fill_bt`: faster than torch's), unread
+        (a free [N, K] view of B, the shape TileLang checks) when the pattern has no dot products."""
+        if plan.n_dot == 0:
+            return b.reshape(b.shape[1], b.shape[0]), {}
+        if b.t().is_contiguous():
+            return b.t(), {}
+        if self.target == "cuda":
+            return b.new_empty((b.shape[1], b.shape[0])), {"fill_bt": True}
+        return b.t().contiguous(), {}
 
     def _sampled_launch_data(self, sampled, tensors):
         """(plan, Bt, launch keywords) of a sampled gemm for `tensors` (the call's inputs, the
         pattern on the kernel's device): the pattern's tkc.sparse.DispatchPlan at the pass's
-        threshold (or `self.dot_below`), and B transposed for the dot products: free for a
-        transposed view, left to the kernel's own transpose on `cuda` (`fill_bt`), unread (a free
-        [N, K] view of B, the shape TileLang checks) when the pattern has no dot products."""
-        import torch
-
+        threshold (or `self.dot_below`), and B transposed for the dot products (`_b_transposed`)."""
         from tkc.sparse import dispatch_plan
 
         pattern_at, b_at, bm, bn, dot_below = sampled
         if self.dot_below is not None and dot_below <= bm * bn:  # (no override without a tensor-core path)
             dot_below = int(self.dot_below)
         plan = dispatch_plan(tensors[pattern_at], bm, bn, dot_below)
-        b = tensors[b_at]
-        if plan.n_dot == 0:
-            return plan, b.reshape(b.shape[1], b.shape[0]), {}
-        if b.t().is_contiguous():
-            return plan, b.t(), {}
-        if self.target == "cuda":  # faster than torch's transpose
-            return plan, torch.empty(b.shape[::-1], dtype=b.dtype, device=b.device), {"fill_bt": True}
-        return plan, b.t().contiguous(), {}
+        return (plan, *self._b_transposed(plan, tensors[b_at]))
 
     def _sampled(self, module):
         """(pattern input position, B input position, BM, BN, dot_below) of the kernel's sampled

@@ -840,9 +840,9 @@ MUTANTS: list[Mutant] = [
       "CUDA: the `__dp4a` fold of a chunk skips its last four bytes", "cpu",
       tests=("tests/test_fuse_int8_dot.py", "tests/test_cuda_reduce_emulated.py")),
     M("cuda-dp4a-b-chunk-of-first-thread", "codegen/cuda.py",
-      '                reader = self.read(b, Chunk(tuple(shape), v, idx, "it * " + str(v) + " + "), dd, "inb")',
-      '                reader = self.read(b, Chunk(tuple(shape), v, idx[:-1] + ["0"], "it * " + str(v) + " + "), dd, "inb")',
-      "CUDA: a `tile.dot_reduce` read per chunk takes b's elements at the row's first column", "cpu",
+      '        reader = self.read(v, Chunk(tuple(shape), width, idx, reg_base), d, tmp)',
+      '        reader = self.read(v, Chunk(tuple(shape), width, idx[:-1] + ["0"], reg_base), d, tmp)',
+      "CUDA: a `tile.dot_reduce` reads b's elements at the row's first column", "cpu",
       tests=("tests/test_fuse_int8_dot.py", "tests/test_cuda_reduce_emulated.py")),
     # ---- tkc/tune.py: pruning before compiling (issue 10) --------------------------------------
     M("tune-requires-ignored", "tkc/tune.py",
