@@ -9,8 +9,9 @@ then tc_ptr, tc_m, tc_n, tc_order, dot_order, then the counts n_tc and n_dot as 
   stream through shared memory in K chunks of BK (cp.async, two stages, zero-filled past M, N
   and K); each warp owns a block of 16x8 mma.sync m16n8k16 atoms (ldmatrix fragments, B's
   transposed; f32 accumulators); the accumulators go to shared memory and the block writes the
-  tile's entries, EPILOGUE per thread at once: P[e] = C[row_e - m0][col_e - n0]. The tiles' sizes (and the transposition
-  kernel's) are passes/smem_sddmm.py's `cuda_tiles`, which check-smem-fit{backend=cuda} reads.
+  tile's entries, EPILOGUE per thread at once: P[e] = C[row_e - m0][col_e - n0]. The tiles'
+  sizes (and the transposition kernel's) are passes/smem_sddmm.py's `cuda_tiles`, which
+  check-smem-fit{backend=cuda} reads.
 - `<kernel>_dots`: DOT_PER_BLOCK entries of dot_order per block, grid cdiv(n_dot,
   DOT_PER_BLOCK), no shared memory (so the tile kernel's shared memory does not limit its
   occupancy). G lanes per entry (each a strided share of K in 16-byte vectors of A's row and

@@ -38,6 +38,12 @@ def _shape(v, env):
     return v.type.concrete_shape(env)
 
 
+def _broadcasts(shape, out) -> bool:
+    """Whether `shape` broadcasts to `out` as numpy does: trailing dims align, a dim is equal or
+    1, and `shape` may have a lower rank."""
+    return len(shape) <= len(out) and all(a == b or a == 1 for a, b in zip(shape, out[len(out) - len(shape):]))
+
+
 class FuncOp(Op):
     """A kernel. Region 0 has one block argument per global tensor (inputs, then outputs).
 
@@ -271,9 +277,8 @@ class ElementwiseOp(Op):
             if v.type.space == "global":
                 fail(f"`tile.elementwise` operand `{v}` must be a tile buffer, not a global tensor")
                 return
-        for v in ins:  # numpy broadcasting: trailing dims align; an input may have lower rank
-            s = _shape(v, env)
-            if len(s) > len(out) or any(a != b and a != 1 for a, b in zip(s, out[len(out) - len(s):])):
+        for v in ins:
+            if not _broadcasts(_shape(v, env), out):
                 fail(f"shape mismatch: input `{v}` is {v.type}, output is {self.operands[-1].type}")
 
 
@@ -315,7 +320,7 @@ class DotReduceOp(Op):
     and activations (llama2.c's runq.c). Made by the `fuse-int8-dot` pass from
     `sum(cast(a, i32) * cast(b, i32), last)` on the `cuda` target, which lowers it to `__dp4a`
     (four byte products and their sum per instruction); the pass fuses only where the f32
-    arithmetic the language defines for i32 is exact (reduced length L with L * 127 * 128 <
+    arithmetic the language defines for i32 is exact (reduced length L with L * 128 * 128 <=
     2^24), so both compute the same integers.
     Example: `tile.dot_reduce(%w, %x, %q) {axis = 2} loc(...)`
     """
@@ -336,7 +341,7 @@ class DotReduceOp(Op):
         if axis != len(sa) - 1:
             fail(f"`tile.dot_reduce` reduces the last axis ({len(sa) - 1}), got axis {axis}")
             return
-        if len(sb) > len(sa) or any(x != y and x != 1 for x, y in zip(sb, sa[len(sa) - len(sb):])):
+        if not _broadcasts(sb, sa):
             fail(f"`tile.dot_reduce` source `{b}` {b.type} does not broadcast against `{a}` {a.type}")
         if sd != sa[:-1] + (1,):
             fail(f"dot_reduce result must have shape {list(sa[:-1] + (1,))}, got {list(sd)}")

@@ -2,7 +2,8 @@
 
 Stages, in order: `dsl.parser.parse`, `dsl.lower.lower` (with `-D` overrides), the target's
 default pass pipeline (`tile,defer-reduce,fold-copies,software-pipeline,map-dsmem,check-smem-fit,check-coverage,
-sparse-dispatch`, for sm_90; check-smem-fit with the target's backend model), then the backend's
+sparse-dispatch`, for sm_90, with `fuse-int8-dot` after map-dsmem for `cuda`; check-smem-fit with the
+target's backend model), then the backend's
 `emit` (codegen/). Generated source is cached on disk by the hash of the final IR, the target
 and tool versions (tkc/cache.py). A second index maps the hash of the source text, overrides
 and target to that key, so a warm `tkc compile` neither parses nor lowers (it stays well under

@@ -67,8 +67,8 @@ MUTANTS: list[Mutant] = [
       "CUDA: a lower-rank tile is read at the leading indices instead of the trailing ones", "gpu",
       tests=_QUICK, select="cuda and rank_broadcast"),
     M("ops-broadcast-leading-align", "dsl/ops.py",
-      "zip(s, out[len(out) - len(s):])",
-      "zip(s, out)",
+      "zip(shape, out[len(out) - len(shape):])",
+      "zip(shape, out)",
       "the verifier aligns a lower-rank input with the leading dims of the output", "cpu",
       tests=("tests/test_ir.py",)),
     # ---- signature dims written as expressions (issue 10) --------------------------------------
