@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 
 from dsl import exprs
 from dsl.diagnostics import TkError, error
 from dsl.ir import Module, Op, Value, format_attr_dict
-from dsl.ops import (COMPARE, compare_dtype, device_checks, dynamic_dims, early_reads, has_grid_barrier,
-                     index_bound_exprs, peer_tiles, scalar_ranges, scalar_refs, scalars)
+from dsl.ops import (COMPARE, compare_dtype, device_checks, dynamic_dims, has_grid_barrier, index_bound_exprs, peer_tiles,
+                     scalar_ranges, scalar_refs, scalars)
 from passes.cuda_placement import smem_diagnostic
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin, Chunk
@@ -128,13 +127,6 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         self.recv_tiles = ""  # and of the tiles whose stores it counts
         self.remote: set[int] = set()  # shared tiles another block of the cluster reads or writes (DSMEM):
         # never copied into by cp.async, so a copy in flight at a cluster barrier is the block's own
-        # programmatic dependent launch with early reads (`early_reads`): the inputs read before
-        # `griddepcontrol.wait`, the C lines that follow the wait (runtime scalars' loads, their
-        # checks), and whether a wait already dominates the code being emitted
-        self.early: set[str] = set()
-        self.after_wait: list[str] = []
-        self.dominated = True
-        self.late_names: set[str] = set()  # runtime scalars and inputs read only after the wait
 
     # ---- naming -----------------------------------------------------------------------------
     def _unique(self, base: str) -> str:
@@ -316,28 +308,12 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         if cluster != [1, 1, 1]:
             attrs = f"__cluster_dims__({', '.join(map(str, cluster))}) " + attrs
         self.line(0, f"extern \"C\" __global__ void {attrs} {kname}({', '.join(params)}) {{")
-        checks = [f"tk_require({self.cexpr(cond)}, {json.dumps(_loc(op))}, {json.dumps(what)}, {json.dumps(n)}, "
-                  f"{self.cname(n)});" for n, cond, what, op in device_checks(func)]  # no host sync
-        inputs = [a.name for i, a in enumerate(args) if i not in outs]
-        self.early = (set(early_reads(func)) & set(inputs)
-                      if cluster == [1, 1, 1] and not has_grid_barrier(func) else set())
-        if not self.early:
-            self.line(1, "tk_pdl_enter();  // before any memory access (programmatic dependent launch)")
-            for n, ref in ref_names.items():  # one load per thread; a CUDA graph replays at new values
-                self.line(1, f"const int {self.cname(n)} = *{ref};  // runtime scalar `{n}` from device memory")
-            for line in checks:
-                self.line(1, line)
-        else:  # the early inputs' loads may run before the wait; everything else after it
-            if os.environ.get("TKC_EARLY_TRIGGER") == "start":
-                self.line(1, "tk_pdl_launch_dependents();")
-            self.line(1, f"// early reads of {', '.join(sorted(self.early))}: the wait comes before the first "
-                         "other access (programmatic dependent launch)")
-            self.line(1, "bool tk_waited = false;")
-            for n in ref_names:
-                self.line(1, f"int {self.cname(n)} = 0;  // runtime scalar `{n}`: read after the wait")
-            self.after_wait = [f"{self.cname(n)} = *{ref};" for n, ref in ref_names.items()] + checks
-            self.late_names = {n for n, _, _ in scalars(func)} | (set(inputs) - self.early)
-            self.dominated = False
+        self.line(1, "tk_pdl_enter();  // before any memory access (programmatic dependent launch)")
+        for n, ref in ref_names.items():  # one load per thread; a CUDA graph replays at new values
+            self.line(1, f"const int {self.cname(n)} = *{ref};  // runtime scalar `{n}` from device memory")
+        for n, cond, what, op in device_checks(func):  # its range and `requires`, checked here (no host sync)
+            self.line(1, f"tk_require({self.cexpr(cond)}, {json.dumps(_loc(op))}, {json.dumps(what)}, "
+                         f"{json.dumps(n)}, {self.cname(n)});")
         self.launch(launch, grid)
         self.line(0, "}")
         return "\n".join(self.lines) + "\n"
@@ -437,14 +413,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                 continue
             if op.name == "tile.for":
                 self.wait_copies(d, "before the loop")
-                if not self.dominated and self.late(op) and (op.attrs["kind"] != "serial" or self.late_bounds(op)
-                                                              or any(o.name == "tile.gemm" for o in op.walk())):
-                    self.pdl_wait(d)  # copies issued ahead of the loop's body, or bounds read late
-                entry = self.dominated
                 st = self.op_for(op, d, st)
-                if self.dominated and not entry:  # the body waited, but it may run no trip
-                    self.dominated = False
-                    self.pdl_wait(d)
                 continue
             if op.name == "tile.cluster_barrier" and op.attrs.get("relaxed"):  # orders no memory
                 self.line(d, f"// {self.describe(op)}: every block of the cluster has started ({_loc(op)})")
@@ -473,8 +442,6 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                 raise error(op.loc, f"the CUDA backend cannot express `{op.name}` here",
                             "supported inside a grid: tile.fill, tile.copy, tile.elementwise, tile.reduce, "
                             "tile.gemm, tile.for, tile.peer_copy, tile.peer_store, tile.cluster_barrier, tile.grid_barrier")
-            if not self.dominated and self.late(op):
-                self.pdl_wait(d)
             accesses = self.accesses(op)
             if any(self.overlaps_in_flight(a) for a in accesses):
                 self.wait_copies(d, "the copy must have landed before these bytes are touched")
@@ -483,39 +450,6 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             self.cur_op = op
             handler(op, d)
         return st
-
-    # ---- programmatic dependent launch with early reads -------------------------------------
-    def late(self, op: Op) -> bool:
-        """Whether `op` (or an op inside it) must run after `griddepcontrol.wait`: it writes a
-        global tensor, reads one that is not an early read, or names a runtime scalar or such
-        an input (an index tensor's element) in an offset or bound."""
-        for o in op.walk():
-            for i, v in enumerate(o.operands):
-                if v.type.space == "global" and (v.name not in self.early or (o.name == "tile.copy" and i == 1)):
-                    return True
-            if self._names_late(o.attrs):
-                return True
-        return False
-
-    def late_bounds(self, loop: Op) -> bool:
-        return self._names_late({k: loop.attrs[k] for k in ("lo", "hi") if k in loop.attrs})
-
-    def _names_late(self, attrs: dict) -> bool:
-        text = " ".join(str(v) for v in attrs.values())
-        return any(re.search(rf"\b{re.escape(n)}\b", text) for n in self.late_names)
-
-    def pdl_wait(self, d: int) -> None:
-        """Wait for the kernel before this one (once per thread: a flag, since the wait may sit in
-        a loop body) and read what depends on it; dominates the rest of the region."""
-        self.line(d, "if (!tk_waited) {  // the kernel before has finished: its outputs are visible")
-        self.line(d + 1, "tk_pdl_wait();")
-        if os.environ.get("TKC_EARLY_TRIGGER") != "start":
-            self.line(d + 1, "tk_pdl_launch_dependents();  // the successor may load its own early reads now")
-        self.line(d + 1, "tk_waited = true;")
-        for line in self.after_wait:
-            self.line(d + 1, line)
-        self.line(d, "}")
-        self.dominated = True
 
     def wait_copies(self, d: int, why: str) -> None:
         """Wait for this thread's top-level cp.async copies (`cp.async.wait_group 0`)."""

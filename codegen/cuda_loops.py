@@ -62,10 +62,8 @@ class LoopMixin:
         entry = st.copy()
         state = entry.copy()
         split = len(ops) if split is None else split
-        dominated = self.dominated  # whether a programmatic launch's wait came before the loop
 
         def one(s: SyncState) -> SyncState:
-            self.dominated = dominated
             if top is not None:
                 top(d, s)
             out = self.region(ops[:split], d, s)

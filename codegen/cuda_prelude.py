@@ -128,20 +128,6 @@ __device__ __forceinline__ void tk_pdl_enter() {
 #endif
 }
 
-// The two halves of tk_pdl_enter for a kernel with early reads (`early_reads`): its successor
-// may start launching at once; loads of inputs no earlier kernel writes (weights) are issued,
-// then the kernel waits before its first other access.
-__device__ __forceinline__ void tk_pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void tk_pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 // Four int8 values as the one 32-bit word `__dp4a` multiplies bytewise (tile.dot_reduce).
 __device__ __forceinline__ int tk_pack_i8x4(int8_t a, int8_t b, int8_t c, int8_t d) {
     return static_cast<int>(static_cast<uint32_t>(static_cast<uint8_t>(a)) | (static_cast<uint32_t>(static_cast<uint8_t>(b)) << 8) |

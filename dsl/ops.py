@@ -650,11 +650,6 @@ def scalar_refs(func: Op) -> set[str]:
     return set(func.attrs.get("scalar_refs", []))
 
 
-def early_reads(func: Op) -> set[str]:
-    """The inputs a `cuda` kernel may load before a programmatic launch's wait (`early_reads`)."""
-    return set(func.attrs.get("early_reads", []))
-
-
 def index_tensors(func: Op) -> set[str]:
     """Names of the global tensors whose elements index expressions read (`ids[b]`)."""
     return set().union(*(exprs.loads(e) for op in func.walk() for _, e in expr_attrs(op)))

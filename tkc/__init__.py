@@ -6,13 +6,13 @@ torch tensors (tkc/runtime.py); the CLI is tkc/cli.py, its autotuner tkc/tune.py
 
 
 def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, tune: bool = False,
-            dynamic: tuple[str, ...] = (), schedule: str = "file", early_reads: tuple[str, ...] = (), **consts: int):
+            dynamic: tuple[str, ...] = (), schedule: str = "file", **consts: int):
     """See tkc.runtime.compile (imported lazily so that the CLI starts fast); `tune=True` uses
     the best configuration `tkc tune` measured (tkc/tune.py)."""
     from tkc import runtime
 
     return runtime.compile(path, target=target, cache_dir=cache_dir, tune=tune, dynamic=dynamic, schedule=schedule,
-                           early_reads=early_reads, **consts)
+                           **consts)
 
 
 def assume_valid():

@@ -110,29 +110,25 @@ class Artifact:
         return os.path.join(self.entry, SOURCE_FILE[self.target])
 
 
-def _source_key(path: str, text: str, overrides: dict[str, int], target: str, scalar_refs=(), dynamic=(),
-                early_reads=()) -> str:
+def _source_key(path: str, text: str, overrides: dict[str, int], target: str, scalar_refs=(), dynamic=()) -> str:
     h = hashlib.sha256()
     for part in (os.path.abspath(path), path, text, repr(sorted(overrides.items())), target,
-                 default_pipeline(target), tool_versions(), repr(sorted(scalar_refs)), repr(sorted(dynamic)),
-                 repr(sorted(early_reads))):
+                 default_pipeline(target), tool_versions(), repr(sorted(scalar_refs)), repr(sorted(dynamic))):
         h.update(part.encode())
         h.update(b"\0")
     return "src-" + h.hexdigest()
 
 
 def compile_file(path: str, target: str, overrides: dict[str, int] | None = None,
-                 cache: Cache | None = None, scalar_refs=(), dynamic: tuple[str, ...] = (),
-                 early_reads: tuple[str, ...] = ()) -> Artifact:
+                 cache: Cache | None = None, scalar_refs=(), dynamic: tuple[str, ...] = ()) -> Artifact:
     """Compile `path` for `target`; raises TkError for any user error. `scalar_refs`: runtime
     scalars the kernel reads from a one-element i32 tensor argument (in the scalar's place)
     instead of taking by value (`tkc.compile`'s kernels do this when called with a tensor).
-    `dynamic`: dims left symbolic besides those of the file's `dynamic` clause. `early_reads`:
-    input tensors the `cuda` kernel loads before a programmatic launch's wait (tkc.compile)."""
+    `dynamic`: dims left symbolic besides those of the file's `dynamic` clause."""
     cache = cache or Cache()
     overrides = dict(overrides or {})
     text = read_source(path)
-    src_key = _source_key(path, text, overrides, target, scalar_refs, dynamic, early_reads)
+    src_key = _source_key(path, text, overrides, target, scalar_refs, dynamic)
     index = cache.get(src_key)
     if index is not None:
         key = index.get("key", "")
@@ -142,8 +138,6 @@ def compile_file(path: str, target: str, overrides: dict[str, int] | None = None
     module = optimize(frontend(path, overrides, text, dynamic), target)
     if scalar_refs:
         module.func.attrs["scalar_refs"] = sorted(scalar_refs)
-    if early_reads:
-        module.func.attrs["early_reads"] = sorted(early_reads)
     artifact = emit(module, target, cache)
     cache.put(src_key, {"key": artifact.key}, target)
     return artifact

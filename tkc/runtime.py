@@ -154,10 +154,8 @@ class Kernel:
     order) to get the outputs (one tensor, or a tuple for several)."""
 
     def __init__(self, path: str, target: str, consts: dict[str, int], cache: Cache | None = None,
-                 tune: bool = False, dynamic: tuple[str, ...] = (), schedule: str = "file",
-                 early_reads: tuple[str, ...] = ()):
+                 tune: bool = False, dynamic: tuple[str, ...] = (), schedule: str = "file"):
         self.path, self.target, self.consts, self.tune = path, target, dict(consts), tune
-        self.early_reads = tuple(sorted(set(early_reads)))  # inputs read before a programmatic launch's wait
         self.schedule = schedule  # "file": the constants' defaults; "model": tkc/schedule.py's choice
         self._choices: dict[tuple, dict[int, dict[str, int]]] = {}  # static dims -> bucket -> constants
         self.extra_dynamic = tuple(dynamic)  # dims made dynamic by the caller (`tkc.compile(dynamic=)`)
@@ -204,13 +202,6 @@ class Kernel:
             if name not in dims:
                 raise error(self.ast.loc, f"`dynamic={self.extra_dynamic!r}` names `{name}`, which is not a tensor "
                             f"dim of `{self.ast.name}`", f"tensor dims: {', '.join(sorted(dims)) or 'none'}")
-        tensors = [p.name for p in self.ast.inputs if p.dims is not None]
-        for name in self.early_reads:
-            if name not in tensors:
-                raise error(self.ast.loc, f"`early_reads={self.early_reads!r}` names `{name}`, which is not an input "
-                            f"tensor of `{self.ast.name}`",
-                            f"input tensors: {', '.join(tensors) or 'none'} (a kernel never writes its inputs; "
-                            "name those no kernel launched before it writes, such as weights)")
         # dims every call binds from the tensors without compiling again (`dynamic M`)
         self.dynamic = set(self.ast.dynamic) | set(self.extra_dynamic)
         for name, value in self.consts.items():
@@ -366,8 +357,7 @@ class Kernel:
             module = driver.optimize(driver.frontend(self.path, overrides, dynamic=self.extra_dynamic), "tilelang")
             self._built[key] = (_Interpreted(module), _interpreter(module))
         else:
-            artifact = driver.compile_file(self.path, self.target, overrides, self.cache, scalar_refs, self.extra_dynamic,
-                                           self.early_reads if self.target == "cuda" else ())
+            artifact = driver.compile_file(self.path, self.target, overrides, self.cache, scalar_refs, self.extra_dynamic)
             self._built[key] = (artifact, build(artifact, self.cache))
 
     def __call__(self, *tensors):
@@ -677,8 +667,7 @@ def check_indices(module, tensors: dict, bounds: dict | None = None) -> None:
 
 
 def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, tune: bool = False,
-            dynamic: tuple[str, ...] = (), schedule: str = "file", early_reads: tuple[str, ...] = (),
-            **consts: int) -> Kernel:
+            dynamic: tuple[str, ...] = (), schedule: str = "file", **consts: int) -> Kernel:
     """Compile the .tk kernel at `path` for `target` ("tilelang" on a GPU, "tilelang-cpu" on the
     CPU, "interp" for the reference interpreter) with schedule constants `consts` (e.g. BM=128)
     overriding the file's defaults. With `tune=True` (GPU targets only, no `consts`) the
@@ -695,13 +684,6 @@ def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, t
     `tune` space with the cost model (tkc/schedule.py, passes/cost_model.py), per shape, or per
     bucket of the dynamic dims (every bucket's choice is compiled at the first call).
 
-    `early_reads` names input tensors that no kernel launched before this one writes while it
-    may still run (a model's weights): on `target="cuda"`, under programmatic dependent launch
-    (tkc.programmatic_launch), the kernel issues its loads of them before it waits for the
-    kernel before it (`griddepcontrol.wait`), so they overlap that kernel's end; every other
-    access comes after the wait. Naming a tensor an earlier kernel does write is a race. The
-    other targets ignore it.
-
     Returns a callable on torch tensors (numpy arrays are converted) that allocates and returns
     the outputs. Raises dsl.diagnostics.TkError for user errors, here already for an unknown
     target, a keyword that is not a schedule constant of the kernel (a problem dim given as a
@@ -710,5 +692,4 @@ def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, t
     """
     if target not in LAUNCH_TARGETS:
         raise error(Loc(path, 0, 0), f"target `{target}` cannot be launched", f"use one of {', '.join(LAUNCH_TARGETS)}")
-    return Kernel(path, target, consts, Cache(cache_dir) if cache_dir else None, tune, tuple(dynamic), schedule,
-                  tuple(early_reads))
+    return Kernel(path, target, consts, Cache(cache_dir) if cache_dir else None, tune, tuple(dynamic), schedule)

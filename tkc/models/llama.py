@@ -43,10 +43,6 @@ DTYPES = ("f32", "f16", "int8")
 # f16, us per step, attention.tk / attention_grid.tk: 255.0 / 279.6 at position 64, 276.7 / 282.2
 # at 128, 297.9 / 285.2 at 256, 318.8 / 285.5 at 384, 360.0 / 289.6 at 700 (even near 160).
 GRID_FROM = 160
-# per kernel, the inputs that are weights: no kernel of a step writes them, so under programmatic
-# dependent launch their loads may run before the wait for the kernel before (`early_reads`)
-EARLY_READS = {"qkv_rope": ("WQ", "WK", "WV", "G"), "rmsnorm_matmul": ("W", "G"), "matmul_residual": ("W",),
-               "rmsnorm_ffn_gate": ("W1", "W3", "G"), "matmul_q8": ("W", "S")}
 
 
 def example_variant(name: str, workdir: str, retype: dict[str, str] | None = None) -> str:
@@ -103,9 +99,6 @@ class Llama:
             runs the kernels one by one and captures them; later steps replay the graph.
         programmatic: capture the graph's kernels with programmatic dependent launch
             (tkc.programmatic_launch; default: on with the `cuda` target, which alone has it).
-        early: with programmatic launch, the GEMVs load their weights (never written by a
-            step) before they wait for the kernel before them (`tkc.compile(...,
-            early_reads=...)`; default: on with programmatic launch).
 
     `step(token, pos)` returns the logits [vocab_size] (f32) after token `token` at position
     `pos`; positions are fed in order from 0 (the KV caches hold what earlier steps wrote).
@@ -116,7 +109,7 @@ class Llama:
     def __init__(self, config: Config, weights: Weights, target: str | None = None, cache_dir: str | None = None,
                  dtype: str = "f32", graph: bool | None = None, programmatic: bool | None = None,
                  layer_kernel: bool = False, layer_consts: dict[str, int] | None = None,
-                 attention: str | None = None, early: bool | None = None):
+                 attention: str | None = None):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.c = c = config
@@ -179,11 +172,8 @@ class Llama:
             consts = {"HD": c.head_size, "BT": 128, "NB": min(items, 264), **(layer_consts or {})}
             keep = {"embedding", "rmsnorm_matmul"}
             plan = [p for p in plan if p[0] in keep] + [("llama_layer", retype or None, consts)]
-        self.early = self.programmatic if early is None else bool(early) and self.programmatic
         self.k = {key: tkc.compile(example_variant(key.split(":")[0], work, retype), target=self.target,
-                                   cache_dir=cache_dir,
-                                   early_reads=EARLY_READS.get(key.split(":")[0], ()) if self.early else (), **consts)
-                  for key, retype, consts in plan}
+                                   cache_dir=cache_dir, **consts) for key, retype, consts in plan}
         self.w = {n: getattr(weights, n).to(device=device, dtype=torch.float32).contiguous()
                   for n in ("token_embedding", "rms_att", "rms_ffn", "rms_final")}
         # q, k and v come from one GEMV over their weights stacked by rows (wqkv); with int8, so do

@@ -100,8 +100,7 @@ def main(argv=None) -> int:
     p.add_argument("--forms", default="dram,l2,dram-nopdl,l2-nopdl",
                    help="dram / l2 (every layer reads layer 0's weights), -nopdl: ordinary launches, -layer: one "
                         "llama_layer.tk launch per layer instead of five kernels, `:NAME=V` its constants; -grid / -attn: "
-                        "attention_grid.tk / attention.tk for the attention at every position (default: the model's), "
-                        "-late: programmatic launch without the weights' early reads")
+                        "attention_grid.tk / attention.tk for the attention at every position (default: the model's)")
     args = p.parse_args(argv)
 
     from llama import MODELS, copy_rate, weight_bytes
@@ -126,7 +125,7 @@ def main(argv=None) -> int:
                 model = Llama(config, weights, target="cuda", dtype=dtype, programmatic=not base.endswith("nopdl"),
                               layer_kernel="layer" in base, layer_consts=consts or None,
                               attention="attention_grid" if "grid" in base else "attention" if "attn" in base
-                              else None, early=not base.endswith("late"))
+                              else None)
                 form = base
                 if form.startswith("l2"):
                     for name, t in list(model.w.items()):
