@@ -30,7 +30,7 @@ from dsl.diagnostics import TkError, error
 from dsl.ir import Module, Op, Value, format_attr_dict
 from dsl.ops import (COMPARE, compare_dtype, device_checks, dynamic_dims, has_grid_barrier, index_bound_exprs, peer_tiles,
                      scalar_ranges, scalar_refs, scalars)
-from passes.cuda_placement import smem_diagnostic
+from passes.cuda_placement import merge_lanes, shuffle_width, smem_diagnostic
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin, Chunk
 from codegen.cuda_gemm import GemmMixin
@@ -858,13 +858,30 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
 
         def merge_scratch(n_out: int, at: str, idx: list[str]) -> None:
             """After a barrier, output o (0 <= o < n_out) combines its rr.slots partials in the
-            scratch, slot s at `at` (a C expression of o and s), and is stored at tile index `idx`."""
+            scratch, slot s at `at` (a C expression of o and s), and is stored at tile index `idx`;
+            `merge_lanes` threads per output take every lanes-th slot and meet by xor shuffles."""
+            lanes = merge_lanes(n_out, rr.slots, self.threads)
             self.line(b, "__syncthreads();")
-            self.line(b, f"for (int o = tid; o < {n_out}; o += THREADS) {{")
+            if lanes == 1:
+                self.line(b, f"for (int o = tid; o < {n_out}; o += THREADS) {{")
+                self.line(b + 1, f"{ctype} red = {identity(fn, ct)};")
+                self.line(b + 1, "#pragma unroll")
+                self.line(b + 1, f"for (int s = 0; s < {rr.slots}; ++s) " + combine_into("red", f"{scratch}[{at}]"))
+                store(idx, "red", b + 1)
+                self.line(b, "}")
+                return
+            self.line(b, f"for (int o_base = 0; o_base < {n_out}; o_base += THREADS / {lanes}) {{  // {lanes} threads "
+                         "per output")
+            self.line(b + 1, f"const int o = o_base + tid / {lanes}, part = tid % {lanes};")
             self.line(b + 1, f"{ctype} red = {identity(fn, ct)};")
+            self.line(b + 1, f"if (o < {n_out}) {{")
+            self.line(b + 2, f"for (int s = part; s < {rr.slots}; s += {lanes}) "
+                      + combine_into("red", f"{scratch}[{at}]"))
+            self.line(b + 1, "}")
             self.line(b + 1, "#pragma unroll")
-            self.line(b + 1, f"for (int s = 0; s < {rr.slots}; ++s) " + combine_into("red", f"{scratch}[{at}]"))
-            store(idx, "red", b + 1)
+            self.line(b + 1, f"for (int step = {lanes // 2}; step > 0; step /= 2) "
+                      + combine_into("red", "__shfl_xor_sync(0xffffffffu, red, step)"))
+            store(idx, "red", b + 1, f"o < {n_out} && part == 0")
             self.line(b, "}")
 
         def fold(var: str, live: str, dd: int) -> None:
@@ -895,13 +912,13 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         if rr.kind == "rows":
             g = rr.group
             self.line(b, f"// in registers: {g} chunk(s) of {v} per output along the last axis"
-                      + (f", {rr.slots} warp partials per output in shared scratch" if rr.slots > 1 else ""))
+                      + (f", {rr.slots} partials per output in shared scratch" if rr.slots > 1 else ""))
             self.line(b, "#pragma unroll")
             self.line(b, f"for (int it = 0; it < {per}; ++it) {{")
             self.line(b + 1, "const int ch = it * THREADS + tid;")
             self.line(b + 1, f"{ctype} red = {identity(fn, ct)};")
             (dot_fold or fold)("red", f"ch < {n_ch}" if guard else "", b + 1)
-            width = min(g, 32)
+            width = shuffle_width(g)
             if width > 1:
                 self.line(b + 1, "#pragma unroll")
                 self.line(b + 1, f"for (int sh = {width // 2}; sh > 0; sh /= 2) "
@@ -910,8 +927,9 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             if rr.slots == 1:
                 store(out_index(f"ch / {g}", dshape[:-1]) + ["0"], "red", b + 1,
                       " && ".join(live + ([f"ch % {g} == 0"] if g > 1 else [])))
-            else:
-                self.line(b + 1, f"if ({' && '.join(live + ['tid % 32 == 0'])}) {scratch}[ch / 32] = red;")
+            else:  # output ch / g's partial ch % g / width sits at slot ch / width
+                lead = [f"ch % {width} == 0"] if width > 1 else []
+                self.line(b + 1, f"if ({' && '.join(live + lead) or 'true'}) {scratch}[ch / {width}] = red;")
             self.line(b, "}")
             if rr.slots > 1:
                 merge_scratch(n_ch // g, f"o * {rr.slots} + s", out_index("o", dshape[:-1]) + ["0"])
@@ -926,7 +944,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             self.line(b, f"for (int it = 0; it < {per}; ++it) {{")
             fold("red[e]", f"it * THREADS + tid < {n_ch}" if guard else "", b + 1)
             self.line(b, "}")
-            if g < 32:
+            if g < 32 and g & (g - 1) == 0:
                 self.line(b, "#pragma unroll")
                 self.line(b, f"for (int sh = {g}; sh < 32; sh *= 2) {{")
                 self.line(b + 1, "#pragma unroll")

@@ -411,17 +411,35 @@ MAX_REDUCE_REGS = 128  # elements per thread of a register tile that a reduction
 @dataclass(frozen=True)
 class RegReduce:
     """How a reduction reads its source where it lives, in the threads' registers (chunk layout,
-    module docstring): `rows` along the last axis (`group` consecutive chunks per output, a
-    power of two up to 32: xor shuffles in the group; a multiple of 32: a warp's partial per
-    `group / 32` slots of shared scratch), or `cols` along axis 0 (each thread keeps one chunk's
-    columns: `group` chunks per row divides the thread count; threads with the same columns
-    combine by xor shuffles over the lanes `group` apart, then `slots` partials per column meet in
-    shared scratch when more than one warp holds them)."""
+    module docstring): `rows` along the last axis (`group` consecutive chunks per output: xor
+    shuffles over the largest power of two up to 32 that divides the group, then, where that
+    leaves several partials per output (a group that spans warps or is not a power of two, as a
+    48-wide row in chunks of 8), `slots` of them per output in shared scratch), or `cols` along
+    axis 0 (each thread keeps one chunk's columns: `group` chunks per row divides the thread
+    count; threads with the same columns combine by xor shuffles over the lanes `group` apart
+    where the group is a power of two below 32, then `slots` partials per column meet in shared
+    scratch when more than one warp, or group of threads, holds them). The partials in scratch
+    are combined by up to 32 threads per output (`merge_lanes`)."""
 
     kind: str  # rows | cols
     group: int  # chunks per reduced row (rows) or per row of the source (cols)
     slots: int  # partial results per output in shared scratch (1: none)
     scratch: int  # scratch elements
+
+
+def shuffle_width(group: int) -> int:
+    """Lanes that combine a `rows` reduction's partials by xor shuffles: the largest power of two
+    that divides `group`, at most 32 (a warp)."""
+    return min(group & -group, 32)
+
+
+def merge_lanes(n_out: int, slots: int, threads: int) -> int:
+    """Threads per output that combine `slots` scratch partials of each of `n_out` outputs: a power
+    of two, at most 32, at most the slots, and no more than `threads` spread over the outputs."""
+    lanes = 1
+    while lanes < 32 and lanes * 2 <= slots and n_out * lanes * 2 <= threads:
+        lanes *= 2
+    return lanes
 
 
 def register_reduce(shape, axis: int, threads: int, v: int | None = None) -> RegReduce | None:
@@ -435,21 +453,18 @@ def register_reduce(shape, axis: int, threads: int, v: int | None = None) -> Reg
     if axis == len(shape) - 1:
         g = shape[-1] // v
         n_out = n // shape[-1]
-        if g <= 32 and g & (g - 1) == 0:
-            return RegReduce("rows", g, 1, 0)
-        if g % 32 == 0:
-            return RegReduce("rows", g, g // 32, n_out * (g // 32))
-        return None
+        slots = g // shuffle_width(g)
+        return RegReduce("rows", g, slots, n_out * slots if slots > 1 else 0)
     if axis != 0:
         return None
     inner = n // shape[0]
     g = inner // v
-    if threads % g or (g < 32 and g & (g - 1)):
+    if threads % g:
         return None
     n_ch = n // v
-    if g < 32:  # lanes g apart share columns: after the shuffles, one partial per warp with chunks
+    if g < 32 and g & (g - 1) == 0:  # lanes g apart share columns: after the shuffles, one partial per warp
         slots = min(threads // 32, -(-n_ch // 32))
-    else:  # no lanes share columns: one partial per group of g threads with chunks
+    else:  # no lanes combine by shuffles: one partial per group of g threads with chunks
         slots = min(threads // g, -(-n_ch // g))
     return RegReduce("cols", g, slots, inner * slots if slots > 1 else 0)
 

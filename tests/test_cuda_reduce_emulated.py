@@ -3,9 +3,10 @@
 the generated kernels with tests/cuda_emu/shim.h (std::threads for CUDA threads, warp shuffles
 through a per-warp barrier), against torch in float64 with the oracle's derived tolerance, for
 every input distribution. Each case is one reduction layout: rows whose chunks fit in part of a
-warp (xor shuffles in the group), rows spanning warps (shared scratch), columns (axis 0) with
-lanes sharing columns and with whole groups of threads, sum/max/min, tiles that leave threads
-idle, f64. The GPU runs the same code in tests/gpu. Skipped without a g++ with C++20 <barrier>.
+warp (xor shuffles in the group), rows spanning warps or whose chunk count is not a power of two
+(shared scratch, merged by several threads per output), columns (axis 0) with lanes sharing
+columns and with whole groups of threads (a power of two or not), sum/max/min, tiles that leave
+threads idle, f64. The GPU runs the same code in tests/gpu. Skipped without a g++ with C++20 <barrier>.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ TORCH = {"sum": "torch.sum", "amax": "torch.amax", "amin": "torch.amin"}
 # (fn, axis, R, C, threads, expected layout: (kind, group, slots) of cuda_plan.RegReduce)
 CASES = [
     ("sum", 1, 16, 64, 128, ("rows", 8, 1)),  # 8 chunks per row: xor shuffles in groups of 8 lanes
-    ("amax", 1, 5, 24, 64, ("rows", 3, None)),  # 3 chunks per row: not a power of two, shared path
+    ("amax", 1, 5, 24, 64, ("rows", 3, 3)),  # 3 chunks per row: no shuffles, 3 partials per row in scratch
+    ("sum", 1, 40, 48, 128, ("rows", 6, 3)),  # attention's q . K at HD = 48: pairs of lanes, 3 partials per row
+    ("amin", 1, 3, 768, 64, ("rows", 96, 3)),  # a row of 96 chunks: warp sums, 3 partials per row
     ("sum", 1, 4, 512, 128, ("rows", 64, 2)),  # a row spans two warps: scratch
     ("amin", 1, 3, 2048, 256, ("rows", 256, 8)),
     ("sum", 1, 2, 8, 64, ("rows", 1, 1)),  # one chunk per row, most threads idle
@@ -51,6 +54,9 @@ CASES = [
     ("sum", 0, 7, 2, 64, ("cols", 1, 1)),  # 7 rows of 2 (chunks of 2): one warp, no scratch
     ("amin", 0, 8, 512, 128, ("cols", 64, 2)),  # 64 chunks per row: no lanes share, 2 groups of 64 threads
     ("sum", 0, 3, 1024, 128, ("cols", 128, 1)),  # every thread a column, 3 rows each
+    ("sum", 0, 64, 48, 96, ("cols", 6, 16)),  # attention's p-weighted V at HD = 48: 16 groups of 6 threads
+    ("amax", 0, 37, 24, 384, ("cols", 3, 37)),  # 3 chunks per row, 37 rows: groups of 3 threads left idle
+    ("sum", 0, 64, 48, 128, ("cols", 6, None)),  # 128 threads are not whole groups of 6: shared path
 ]
 
 

@@ -64,14 +64,15 @@ def test_the_w8a8_example_fuses_on_cuda_only():
         assert "tile.dot_reduce" not in _ops(driver.optimize(driver.frontend(EXAMPLE, {"D": 64}), target))
 
 
-@pytest.mark.parametrize("l, fused", [(1024, True), (2048, False), (1536, False), (64, True), (4, True), (12, False),
-                                      (48, False), (66, False), (6, False)])
-def test_fused_only_where_f32_is_exact_and_words_are_whole(tmp_path, l, fused):
+@pytest.mark.parametrize("l, threads, fused", [(1024, 256, True), (2048, 256, False), (1536, 256, False),
+                                               (64, 256, True), (4, 256, True), (12, 256, True), (48, 256, True),
+                                               (66, 256, False), (6, 256, False), (64, 48, False)])
+def test_fused_only_where_f32_is_exact_and_words_are_whole(tmp_path, l, threads, fused):
     """L * 128 * 128 <= 2^24 (1024 fuses; 2048 and 1536, whose 16-byte chunks the register
     reduction would take, do not), chunks of a multiple of 4 bytes (4: one 4-wide chunk; 66 and 6:
-    2-wide), and a row the register reduction takes (12 and 48: three chunks, which it stages in
-    shared memory instead)."""
-    final = driver.optimize(driver.frontend(_dot(tmp_path, l=l, threads=256)), "cuda")
+    2-wide), and a row the register reduction takes (12 and 48: three chunks, partials in shared
+    scratch; 48 threads, not whole warps: staged in shared memory instead)."""
+    final = driver.optimize(driver.frontend(_dot(tmp_path, l=l, threads=threads)), "cuda")
     assert ("tile.dot_reduce" in _ops(final)) == fused
 
 

@@ -143,9 +143,9 @@ class Llama:
         self._att = "attention" if attention == "auto" else attention  # the kernel forward() launches
         split = next(n for n in (16, 8, 4, 2, 1) if c.head_size % n == 0)  # each block merges HD / SPLIT columns
         common = [("embedding", None, {})]
-        if attention != "attention_grid":  # over 128 positions per trip (the file's 64): at stories110M's
+        if attention != "attention_grid":  # over 128 positions per trip with 256 threads: at stories110M's
             # shape on an H100 8.6 against 13.4 us at position 511, 3.8 against 3.6 at 63 (docs/PERFORMANCE.md)
-            common.append(("attention", caches, {"BT": 128}))
+            common.append(("attention", caches, {"BT": 128, "threads": 256}))
         if attention != "attention":
             common.append(("attention_grid", caches, {"BT": 64, "SPLIT": split}))
         if dtype == "int8":

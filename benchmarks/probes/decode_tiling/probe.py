@@ -5,7 +5,8 @@ Times each (example, constants) at the issue's target shape with benchmarks/miss
 without the host's per-call work), after checking the output against the float64 reference;
 torch eager (benchmarks/transformer.py's functions) on the same inputs first, in the same run.
 Run on the device machine: `python3 benchmarks/probes/decode_tiling/probe.py [NAME ...]`, or
-`... probe.py llama110m` for the kernels of a stories110M decode step at its shapes.
+`... probe.py llama110m` for the kernels of a stories110M decode step at its shapes, `... probe.py
+attdecode` for attention.tk's tilings at the decode benchmark's shapes.
 """
 
 from __future__ import annotations
@@ -99,6 +100,14 @@ LLAMA110M = [
                                              {"BD": 8, "BK": 1024, "threads": 256}, {"threads": 64}], "f16"),
 ]
 
+# attention.tk at benchmarks/transformer.py's decode shapes (multi-head, S = 1024), positions 1
+# and 1023, selected with the argument `attdecode`
+_ATT_TILES = [{}, {"BT": 128, "threads": 256}, {"BT": 128, "threads": 384}, {"BT": 256, "threads": 512},
+              {"BT": 256, "threads": 384}, {"BT": 256, "threads": 768}, {"BT": 256, "threads": 1024},
+              {"BT": 512, "threads": 768}, {"BT": 512, "threads": 1024}]
+ATT_DECODE = [("attention", {"H": h, "HD": hd, "S": 1024, "KVD": h * hd}, {"pos": pos}, _ATT_TILES, "")
+              for h, hd in ((6, 48), (8, 64), (12, 64), (32, 128)) for pos in (1, 1023)]
+
 
 def path_of(name: str, dtype: str, workdir: str) -> str:
     from transformer import source
@@ -127,6 +136,8 @@ def main() -> None:
     cache = tempfile.mkdtemp()
     if sys.argv[1:] == ["llama110m"]:
         todo = LLAMA110M
+    elif sys.argv[1:] == ["attdecode"]:
+        todo = ATT_DECODE
     else:
         todo = [c for c in CASES if not sys.argv[1:] or c[0] in sys.argv[1:]]
     jobs = [(path_of(n, dt, cache), c, d, cache) for n, d, _, vs, dt in todo for c in vs]
