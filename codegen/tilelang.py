@@ -28,7 +28,8 @@ from codegen.cuda_plan import known_multiple
 from codegen.cuda_prelude import CHECK_PRELUDE
 from passes.smem_tilelang import (MMA_MIN, STAGED_LANES, STORE_BUFFERS, async_copy_ok,  # noqa: F401
                                   STREAM_BYTES, gemm_instruction, mma_fits, registers_in_shared, rotating_stores,
-                                  row_extent, staged_reduce, streaming_store, thread_reduce)
+                                  row_extent, shared_vector, staged_reduce, streaming_store, thread_reduce,
+                                  vectors_in_shared)
 
 TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64": "T.float64",
              "i8": "T.int8", "i32": "T.int32", "bool": "T.bool"}
@@ -104,6 +105,7 @@ def emit(module: Module, thread_reduce: bool = True, shared_registers: bool = Tr
 
 
 SHARED_REGISTERS_MARK = "# tkc: this launch's register tiles are shared tiles (registers_in_shared)"
+SHARED_VECTORS_MARK = "# tkc: this launch's row and column vectors are shared tiles (vectors_in_shared)"
 # TileLang 0.1.15's failure to place a barrier between loops guarded by a thread count that is not
 # a multiple of 32 (rmsnorm at N = 72 with two rows per block: "Condition: tx < 72")
 SHARED_REGISTERS_FAILURES = ("[ThreadSync] Cannot lower a required shared-memory sync",)
@@ -114,7 +116,8 @@ def registers_shared_failed(source: str, exc: BaseException) -> bool:
     barrier it cannot place or a layout it cannot find for the fragments left (softmax over 33
     columns: its [16, 33, 1] reduction tile); then `emit(module, shared_registers=False)` is the
     form to compile."""
-    return SHARED_REGISTERS_MARK in source and any(m in str(exc) for m in SHARED_REGISTERS_FAILURES + LAYOUT_FAILURES)
+    return ((SHARED_REGISTERS_MARK in source or SHARED_VECTORS_MARK in source)
+            and any(m in str(exc) for m in SHARED_REGISTERS_FAILURES + LAYOUT_FAILURES))
 
 
 STORE_BUFFERS_MARK = "# tkc: staged stores rotate over their copies (rotating_stores)"
@@ -217,6 +220,7 @@ class _Emitter:
         self.env = module.env
         self.threads = 128
         self.registers_shared = False  # the launch's register tiles are declared shared (registers_in_shared)
+        self.shared_tiles: set[int] = set()  # ids of register tiles declared shared (either rule)
         self.refs: dict[str, str] = {}  # runtime scalars read from a device tensor -> its parameter
         self.in_flight: dict[int, Value] = {}  # shared tiles a top-level T.async_copy has not been waited for
         self.remote: set[int] = set()  # shared tiles another block of the cluster reads or writes (DSMEM):
@@ -398,6 +402,11 @@ class _Emitter:
         registers = "shared" if self.registers_shared else "fragment"
         if self.registers_shared:
             self.line(2, SHARED_REGISTERS_MARK)
+        # or only its row and column vectors (passes/smem_tilelang.py `vectors_in_shared`)
+        vectors = (not self.cpu and self.use_shared_registers and self.use_thread_reduce and not self.registers_shared
+                   and vectors_in_shared(op, self.threads))
+        if vectors:
+            self.line(2, SHARED_VECTORS_MARK)
         self.rotating = (rotating_stores(op) if not self.cpu and self.use_store_buffers and not self.registers_shared
                          else {})
         if self.rotating:
@@ -408,6 +417,10 @@ class _Emitter:
             # The C target runs one thread: every tile is local. On the GPU, `frag` and `local`
             # tiles are both register tiles that TileLang lays out over the block's threads.
             kind = "local" if self.cpu else {"shared": "shared", "frag": registers, "local": registers}[t.space]
+            if vectors and shared_vector(t):
+                kind = "shared"
+            if kind == "shared" and t.space in ("frag", "local"):
+                self.shared_tiles.add(id(a.result))
             copies = [str(STORE_BUFFERS)] if id(a.result) in self.rotating else []
             self.line(2, f"{self.name(a.result)} = T.alloc_{kind}(({', '.join(copies + self.dims(a.result))},), "
                       f"{TL_DTYPES[t.dtype]})")
@@ -419,8 +432,9 @@ class _Emitter:
                 self.line(2, f"{tmp} = T.alloc_fragment(({', '.join(keep)},), {TL_DTYPES[dst.type.dtype]})")
                 if self.staged_reduce(r):  # the rows in shared memory, then one partial per lane
                     rows, width = self.dims(src)
+                    kept = rows if r.attrs["axis"] == 1 else width
                     self.line(2, f"{tmp}_sh = T.alloc_shared(({rows}, {width}), {TL_DTYPES[src.type.dtype]})")
-                    self.line(2, f"{tmp}_part = T.alloc_fragment(({rows}, {STAGED_LANES}), "
+                    self.line(2, f"{tmp}_part = T.alloc_fragment(({kept}, {STAGED_LANES}), "
                               f"{TL_DTYPES[dst.type.dtype]})")
         self.find_views(op)
         for at in sorted((alloc_lines[v] for v in self.views), reverse=True):  # a view has no buffer
@@ -752,7 +766,7 @@ class _Emitter:
                        # a register tile declared shared (registers_in_shared) at a tensor's edge:
                        # TileLang 0.1.15 moves a shared tile's rows with one bulk (TMA) copy that
                        # does not stop at the edge (rmsnorm's last block of 2 rows at B = 3)
-                       or (self.registers_shared and tile.type.space in ("frag", "local") and any(checked)))
+                       or (id(tile) in self.shared_tiles and any(checked)))
         if not self.cpu and not elementwise:
             # On the GPU, T.copy converts dtypes and guards accesses past the tensor's edge.
             if not load and id(tile) in self.rotating:  # a TMA store the trip does not wait for
@@ -849,20 +863,23 @@ class _Emitter:
             # TileLang's reduce into a fragment without the axis (its lowering takes no keepdim
             # shape), then copied into the tile (added to it for `accumulate`).
             tmp = self.reduce_tmp[id(op)]
-            if self.staged_reduce(op):  # lane l of row i combines elements l, l + 32, ... of it
+            if self.staged_reduce(op):  # lane l of row (column) i combines its elements l, l + 32, ...
                 rows, width = self.dims(src)
+                kept, length = (rows, width) if axis == 1 else (width, rows)
                 i, lane, j = self.indices(3)
                 init = {"sum": f"T.Cast({TL_DTYPES[dst.type.dtype]}, 0)", "max": "-T.infinity({})",
                         "min": "T.infinity({})"}[fn].format(TL_DTYPES[dst.type.dtype])
-                elem = self.cast(f"{tmp}_sh[{i}, {lane} + {j} * {STAGED_LANES}]", src.type.dtype, dst.type.dtype)
+                along = f"{lane} + {j} * {STAGED_LANES}"
+                at = f"{tmp}_sh[{i}, {along}]" if axis == 1 else f"{tmp}_sh[{along}, {i}]"
+                elem = self.cast(at, src.type.dtype, dst.type.dtype)
                 part = f"{tmp}_part[{i}, {lane}]"
                 combine = {"sum": f"{part} + {elem}", "max": f"T.max({part}, {elem})",
                            "min": f"T.min({part}, {elem})"}[fn]
                 self.line(depth, f"T.copy({self.name(src)}, {tmp}_sh)")
-                self.line(depth, f"for {i}, {lane} in T.Parallel({rows}, {STAGED_LANES}):")
+                self.line(depth, f"for {i}, {lane} in T.Parallel({kept}, {STAGED_LANES}):")
                 self.line(depth + 1, f"{part} = {init}")
-                self.line(depth + 1, f"for {j} in T.serial({-(-int(width) // STAGED_LANES)}):")
-                self.line(depth + 2, f"if {lane} + {j} * {STAGED_LANES} < {width}:")
+                self.line(depth + 1, f"for {j} in T.serial({-(-int(length) // STAGED_LANES)}):")
+                self.line(depth + 2, f"if {along} < {length}:")
                 self.line(depth + 3, f"{part} = {combine}")
                 self.line(depth, f"T.reduce_{fn}({tmp}_part, {tmp}, dim=1)")
             else:

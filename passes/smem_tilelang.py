@@ -127,15 +127,20 @@ REGISTERS_SHARED_MAX = 64 * 1024  # bytes: the largest launch `registers_in_shar
 
 
 def staged_reduce(op: Op, threads: int) -> bool:
-    """Whether codegen/tilelang.py lowers reduce `op` in stages: the source row, whose width is
-    not a power of two, goes to a shared tile ([R, E]); STAGED_LANES lanes per row each combine
-    the elements l, l + 32, l + 64, ... of it into a [R, 32] register tile, which `T.reduce_*`
-    combines over the lanes. For the rows `thread_reduce` cannot take (rmsnorm at N = 768: a
-    serial loop per row made the kernel 40x slower than torch on an H100). A 2-d register tile of
-    one float dtype reduced along its last axis, at least 32 wide, with power-of-two rows and
-    threads."""
+    """Whether codegen/tilelang.py lowers reduce `op` in stages through a shared copy of its
+    source ([R, E]): along the last axis, where the row's width is not a power of two, STAGED_LANES
+    lanes per row each combine the elements l, l + 32, l + 64, ... of it into a [R, 32] register
+    tile, which `T.reduce_*` combines over the lanes; along axis 0, where the kept columns are not
+    a power of two, 32 lanes per column each combine the rows l, l + 32, ... into an [E, 32]
+    register tile, reduced the same way. For the rows and columns `thread_reduce` cannot take:
+    rmsnorm at N = 768 (a serial loop per row made the kernel 40x slower than torch on an H100),
+    attention's p-weighted V at 48-wide heads (TileLang found no layout for the serial form's
+    48 columns over 512 threads, and its fallback gave every thread the whole [256, 48] tile:
+    5.1 ms against torch's 21.6 us at position 1023 on an H100). A 2-d register tile of one float
+    dtype: reduced along its last axis, at least 32 wide, with power-of-two rows; or along axis
+    0, at least 32 rows; power-of-two threads."""
     src, dst = op.operands
-    if (len(src.type.shape) != 2 or op.attrs.get("axis") != 1 or src.type.dtype != dst.type.dtype
+    if (len(src.type.shape) != 2 or op.attrs.get("axis") not in (0, 1) or src.type.dtype != dst.type.dtype
             or dst.type.dtype not in ("f16", "bf16", "f32", "f64")
             or src.type.space not in ("frag", "local") or dst.type.space not in ("frag", "local")):
         return False
@@ -143,7 +148,39 @@ def staged_reduce(op: Op, threads: int) -> bool:
         rows, width = src.type.concrete_shape({})
     except exprs.ExprError:
         return False
+    if op.attrs["axis"] == 0:
+        return _pow2(threads) and rows >= STAGED_LANES and not _pow2(width)
     return _pow2(threads) and _pow2(rows) and width >= STAGED_LANES and not _pow2(width)
+
+
+def shared_vector(t) -> bool:
+    """Whether a register tile of type `t` is a row or column vector (2-d, one extent 1, more than
+    one element): what `vectors_in_shared` declares shared."""
+    try:
+        shape = t.concrete_shape({})
+    except exprs.ExprError:
+        return False
+    return t.space in ("frag", "local") and len(shape) == 2 and 1 in shape and shape[0] * shape[1] > 1
+
+
+def vectors_in_shared(launch: Op, threads: int) -> bool:
+    """Whether codegen/tilelang.py declares the row and column vectors among `launch`'s register
+    tiles (`shared_vector`) with `T.alloc_shared`, where `registers_in_shared` does not take the
+    whole launch: a staged reduction of a tile of more than one row and column, and no gemm,
+    reshape or cluster. TileLang 0.1.15 found no layout for decode attention at 48-wide heads
+    (the [1, 48] query and accumulator rows over 512 threads) and, once those were shared, carried
+    the [256, 1] score column's layout (one row per 32 lanes, from its staged reduction) into the
+    [256, 48] tiles that broadcast it, 768 elements per thread where 24 suffice; with both kinds of
+    vector shared, the [256, 48] tiles take 24 per thread (lowered on the CPU)."""
+    if launch.attrs.get("cluster") or "tiles" in launch.attrs or registers_in_shared(launch, threads):
+        return False
+    staged = False
+    for op in launch.walk():
+        if op.name in ("tile.gemm", "tile.sampled_gemm", "tile.reshape", "tile.peer_copy", "tile.peer_store"):
+            return False
+        if op.name == "tile.reduce" and not thread_reduce(op, threads) and staged_reduce(op, threads):
+            staged = staged or min(op.operands[0].type.concrete_shape({})) > 1
+    return staged
 
 
 def registers_in_shared(launch: Op, threads: int) -> bool:
@@ -172,7 +209,7 @@ def registers_in_shared(launch: Op, threads: int) -> bool:
                 return False
             if staged_reduce(op, threads):
                 nbytes += staged_bytes(op)
-                staged = staged or op.operands[0].type.concrete_shape({})[0] > 1
+                staged = staged or (op.attrs["axis"] == 1 and op.operands[0].type.concrete_shape({})[0] > 1)
     return staged and nbytes <= REGISTERS_SHARED_MAX
 
 
@@ -333,7 +370,9 @@ def plan(launch: Op, env: dict[str, int]) -> TlPlan:
     threads = exprs.evaluate(exprs.parse(str(launch.attrs.get("threads", "128"))), env)
     everything = registers_in_shared(launch, threads)  # then every tile lives through the kernel
     spaces = ("shared", "frag", "local") if everything else ("shared",)
-    allocs = [op for op in launch.walk() if op.name == "tile.alloc" and op.result.type.space in spaces]
+    vectors = not everything and vectors_in_shared(launch, threads)
+    allocs = [op for op in launch.walk() if op.name == "tile.alloc"
+              and (op.result.type.space in spaces or (vectors and shared_vector(op.result.type)))]
     inherited = replicated_tiles(launch, threads)
     work = {}  # id(thread reduce) -> (the op, its workspace bytes), for those that need one
     for op in launch.walk():
@@ -373,6 +412,10 @@ def plan(launch: Op, env: dict[str, int]) -> TlPlan:
         spans = {k: [0, end] for k in spans}
     else:  # codegen/tilelang.py rotates these (not in a launch of shared register tiles)
         versions.update({vid: STORE_BUFFERS for vid in rotating_stores(launch)})
+        if vectors:  # shared row and column vectors: counted through the whole kernel, a bound
+            for a in allocs:
+                if shared_vector(a.result.type) and id(a.result) in spans:
+                    spans[id(a.result)] = [0, end]
     bufs = [TlBuffer(a, a.result.type.nbytes(env), versions.get(id(a.result), int(a.attrs.get("stages", 1))),
                      align.get(id(a.result), ALIGN), *spans[id(a.result)])
             for a in allocs if id(a.result) in spans]

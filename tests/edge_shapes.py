@@ -109,7 +109,10 @@ SPECS: dict[str, Spec] = {
     # KVD = HD: one key/value head for every query head (multi-query); the KVD variant gives each
     # query head its own (multi-head) at H = 3
     "examples/attention.tk": Spec({"H": 3, "HD": 32, "S": 40, "KVD": 32}, {"BT": 16}, {"H": 1, "S": "BT"},
-                                  variants=({"KVD": 96}, {"H": 4, "KVD": 64})),  # + 2 kv heads of 2
+                                  # + 2 kv heads of 2; 48-wide heads (stories15M): `tilelang` stages both
+                                  # sums and shares the vectors (smem_tilelang.vectors_in_shared)
+                                  variants=({"KVD": 96}, {"H": 4, "KVD": 64},
+                                            {"HD": 48, "KVD": 144, "BT": 32, "threads": 128})),
     "examples/attention_split.tk": Spec({"H": 3, "HD": 32, "S": 40, "KVD": 32}, {"BT": 8, "SPLIT": 2},
                                         {"H": 1, "S": "BT"},
                                         variants=({"SPLIT": 4, "BT": 4}, {"SPLIT": 1}, {"KVD": 96}, {"H": 4, "KVD": 64})),

@@ -163,12 +163,13 @@ def test_the_workspace_is_one_element_per_thread():
     """rmsnorm's reduction spans 32 warps: TileLang gives it 1024 floats of shared memory (the
     kernel's only shared buffer, 4096 bytes as tests/test_smem_fit.py measures); attention's
     sum over 128 columns stays in one warp (no workspace), its other three reductions do not
-    (3072 bytes: the three live at once, in the loop over the cache)."""
+    (3072 bytes: the three live at once, in the loop over the cache), at 64 positions per trip
+    over 256 threads."""
     module = _module("examples/rmsnorm.tk")
     launch = next(op for op in module.func.body.ops if op.name == "tile.launch")
     plan = smem_tilelang.plan(launch, module.env)
     assert plan.total == 4096 and [b.workspace for b in plan.buffers] == [True]
-    module = _module("examples/attention.tk")
+    module = _module("examples/attention.tk", BT=64, threads=256)
     launch = next(op for op in module.func.body.ops if op.name == "tile.launch")
     reduces = [op for op in launch.walk() if op.name == "tile.reduce"]
     assert smem_tilelang.reduce_threads(reduces[0], 256) == set(range(32))
