@@ -4,7 +4,8 @@ Times each (example, constants) at the issue's target shape with benchmarks/miss
 (do_bench median, rotated inputs) and replayed from a CUDA graph (tkc.bench.graph_ms: the kernel
 without the host's per-call work), after checking the output against the float64 reference;
 torch eager (benchmarks/transformer.py's functions) on the same inputs first, in the same run.
-Run on the device machine: `python3 benchmarks/probes/decode_tiling/probe.py [NAME ...]`, or
+Run on the device machine: `python3 benchmarks/probes/decode_tiling/probe.py [NAME ...]
+[--target=tilelang]` (default `cuda`), or
 `... probe.py llama110m` for the kernels of a stories110M decode step at its shapes, `... probe.py
 attdecode` for attention.tk's tilings at the decode benchmark's shapes.
 """
@@ -115,11 +116,11 @@ def path_of(name: str, dtype: str, workdir: str) -> str:
     return source({"kernel": name, "dtype": dtype}, workdir)
 
 
-def build(path, consts, dims, cache):
+def build(path, consts, dims, cache, target="cuda"):
     try:
         import tkc
 
-        tkc.compile(path, target="cuda", cache_dir=cache, **consts).specialize(dims)
+        tkc.compile(path, target=target, cache_dir=cache, **consts).specialize(dims)
         return "ok"
     except Exception as exc:  # noqa: BLE001
         return str(exc).splitlines()[0]
@@ -134,13 +135,15 @@ def main() -> None:
     from tkc.bench import graph_ms
 
     cache = tempfile.mkdtemp()
-    if sys.argv[1:] == ["llama110m"]:
+    args = [a for a in sys.argv[1:] if not a.startswith("--target=")]
+    target = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--target=")), "cuda")
+    if args == ["llama110m"]:
         todo = LLAMA110M
-    elif sys.argv[1:] == ["attdecode"]:
+    elif args == ["attdecode"]:
         todo = ATT_DECODE
     else:
-        todo = [c for c in CASES if not sys.argv[1:] or c[0] in sys.argv[1:]]
-    jobs = [(path_of(n, dt, cache), c, d, cache) for n, d, _, vs, dt in todo for c in vs]
+        todo = [c for c in CASES if not args or c[0] in args]
+    jobs = [(path_of(n, dt, cache), c, d, cache, target) for n, d, _, vs, dt in todo for c in vs]
     with cf.ProcessPoolExecutor(14, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(build, *zip(*jobs)))
     timer = Timer(False, 25, 100)
@@ -164,7 +167,7 @@ def main() -> None:
             try:
                 module = driver.frontend(path, {**dims, **consts})
                 sets = [oracle.random_inputs(module, s, "cuda", "normal", scalars) for s in range(3)]
-                k = tkc.compile(path, target="cuda", cache_dir=cache, **consts)
+                k = tkc.compile(path, target=target, cache_dir=cache, **consts)
                 out = k(*sets[0])
                 err = oracle.rel_error(out, oracle.reference(module, sets[0])[0])
                 us = timer(rotating(k, sets)) * 1e3
