@@ -28,8 +28,8 @@ from codegen.cuda_plan import known_multiple
 from codegen.cuda_prelude import CHECK_PRELUDE
 from passes.smem_tilelang import (MMA_MIN, STAGED_LANES, STORE_BUFFERS, async_copy_ok,  # noqa: F401
                                   STREAM_BYTES, gemm_instruction, mma_fits, registers_in_shared, rotating_stores,
-                                  row_extent, shared_vector, staged_reduce, streaming_store, thread_reduce,
-                                  vectors_in_shared)
+                                  row_extent, shared_vector, staged_pitch, staged_reduce, streaming_store,
+                                  thread_reduce, vectors_in_shared)
 
 TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64": "T.float64",
              "i8": "T.int8", "i32": "T.int32", "bool": "T.bool"}
@@ -433,7 +433,8 @@ class _Emitter:
                 if self.staged_reduce(r):  # the rows in shared memory, then one partial per lane
                     rows, width = self.dims(src)
                     kept = rows if r.attrs["axis"] == 1 else width
-                    self.line(2, f"{tmp}_sh = T.alloc_shared(({rows}, {width}), {TL_DTYPES[src.type.dtype]})")
+                    pitch = staged_pitch(r)  # a column sum's rows padded: its lanes read 32 banks
+                    self.line(2, f"{tmp}_sh = T.alloc_shared(({rows}, {pitch}), {TL_DTYPES[src.type.dtype]})")
                     self.line(2, f"{tmp}_part = T.alloc_fragment(({kept}, {STAGED_LANES}), "
                               f"{TL_DTYPES[dst.type.dtype]})")
         self.find_views(op)
@@ -875,7 +876,8 @@ class _Emitter:
                 part = f"{tmp}_part[{i}, {lane}]"
                 combine = {"sum": f"{part} + {elem}", "max": f"T.max({part}, {elem})",
                            "min": f"T.min({part}, {elem})"}[fn]
-                self.line(depth, f"T.copy({self.name(src)}, {tmp}_sh)")
+                padded = staged_pitch(op) != int(width)
+                self.line(depth, f"T.copy({self.name(src)}, {tmp}_sh" + (f"[0:{rows}, 0:{width}])" if padded else ")"))
                 self.line(depth, f"for {i}, {lane} in T.Parallel({kept}, {STAGED_LANES}):")
                 self.line(depth + 1, f"{part} = {init}")
                 self.line(depth + 1, f"for {j} in T.serial({-(-int(length) // STAGED_LANES)}):")

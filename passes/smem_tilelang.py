@@ -286,10 +286,27 @@ def streaming_store(tensor: Value, env: dict) -> bool | tuple[list[str], int]:
     return dynamic, at_least
 
 
-def staged_bytes(op: Op) -> int:
-    """The shared bytes of staged reduce `op`'s [R, E] copy of its source."""
+def staged_pitch(op: Op) -> int:
+    """The row length (elements) of staged reduce `op`'s shared copy of its [R, E] source: E for a
+    row sum; for a column sum, where each of 32 lanes reads its own row at one column, E padded
+    until a row is an odd number of 4-byte words (48 f32 -> 49), so the lanes' reads fall in 32
+    banks (48 put them in 2: 16-way conflicts)."""
     rows, width = op.operands[0].type.concrete_shape({})
-    return rows * width * DTYPES[op.operands[0].type.dtype][0]
+    if op.attrs.get("axis") != 0:
+        return width
+    size = DTYPES[op.operands[0].type.dtype][0]
+    if size > 4:  # rows of 8-byte words are an even number of 4-byte words: one element of padding
+        return width + 1
+    pitch = width
+    while (pitch * size) % 4 or (pitch * size // 4) % 2 == 0:
+        pitch += 1
+    return pitch
+
+
+def staged_bytes(op: Op) -> int:
+    """The shared bytes of staged reduce `op`'s [R, E] copy of its source (`staged_pitch` per row)."""
+    rows, _ = op.operands[0].type.concrete_shape({})
+    return rows * staged_pitch(op) * DTYPES[op.operands[0].type.dtype][0]
 
 
 def reduce_threads(op: Op, threads: int, inherited: bool = False) -> set[int]:

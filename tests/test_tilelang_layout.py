@@ -90,6 +90,8 @@ def test_attention_at_heads_that_are_no_power_of_two_keeps_its_tiles_spread(hd, 
     module = _module("examples/attention.tk", H=6, HD=hd, S=1024, KVD=6 * hd, BT=bt, threads=threads)
     source = tilelang.emit(module)
     assert tilelang.SHARED_VECTORS_MARK in source and source.count("_red_part = T.alloc_fragment(") == 2
+    # the column sum's shared copy has rows of an odd number of words (smem_tilelang.staged_pitch)
+    assert f"_red_sh = T.alloc_shared(({bt}, {hd + 1}), T.float32)" in source
     _, cuda_source = _lower(source)  # the emitted form itself: no fallback
     per_thread = max(int(n) for n in re.findall(r"^\s+(?:float|half_t|bool)\s+\w+\[(\d+)\];", cuda_source, re.M))
     assert per_thread <= 2 * -(-bt * hd // threads), (per_thread, bt * hd // threads)
