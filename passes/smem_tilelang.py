@@ -289,8 +289,8 @@ def streaming_store(tensor: Value, env: dict) -> bool | tuple[list[str], int]:
 def staged_pitch(op: Op) -> int:
     """The row length (elements) of staged reduce `op`'s shared copy of its [R, E] source: E for a
     row sum; for a column sum, where each of 32 lanes reads its own row at one column, E padded
-    until a row is an odd number of 4-byte words (48 f32 -> 49), so the lanes' reads fall in 32
-    banks (48 put them in 2: 16-way conflicts)."""
+    until a row is an odd number of 4-byte words (48 f32 -> 49, 48 f16 -> 50; one element for
+    8-byte dtypes), so the lanes' reads fall in 32 banks (48 f32 put them in 2: 16-way conflicts)."""
     rows, width = op.operands[0].type.concrete_shape({})
     if op.attrs.get("axis") != 0:
         return width
