@@ -64,10 +64,14 @@ def requirements(kernel: A.Kernel) -> list[tuple[exprs.Expr, Loc]]:
     """Each `requires` condition of `kernel` as an index expression over its dims and schedule
     constants (true when nonzero), with the location of the condition, without lowering the body:
     `tkc tune` evaluates them for thousands of configurations. Raises TkError for a condition
-    that is not an integer expression over those names (as lowering would)."""
+    that is not an integer expression over those names (as lowering would). A condition on a
+    runtime scalar (`requires pos < S`) is left out: it holds or not per call, not per
+    configuration."""
     lowerer = _Lowerer(kernel, "", {})
-    lowerer.env = {name: 0 for name in (*tensor_dims(kernel), *kernel.consts)}  # names only
-    return [(lowerer.index(cond, allow_vars=False), cond.loc) for cond in kernel.requires]
+    scalars = {p.name for p in kernel.inputs if p.dims is None}
+    lowerer.env = {name: 0 for name in (*tensor_dims(kernel), *kernel.consts, *scalars)}  # names only
+    conds = [(lowerer.index(cond, allow_vars=False), cond.loc) for cond in kernel.requires]
+    return [(e, loc) for e, loc in conds if not exprs.names(e) & scalars]
 
 
 class _Lowerer(ExprLowerer):

@@ -409,3 +409,41 @@ def test_cli_dry_run_with_the_model(capsys):
     assert len(shown) == 4 and shown == sorted(shown)
     est = _estimates(tune_search.plan(path, {}, MISS_SPACE))
     assert shown == [round(v, 2) for v in sorted(est.values())[:4]]
+
+
+def test_a_runtime_scalar_is_fixed_with_d_and_keys_its_own_results(capsys, tmp_path, monkeypatch):
+    """attention.tk's `requires pos < S` holds per call, not per configuration: the pruner leaves
+    it out (it said "unknown name `pos`" for every kernel with a runtime scalar before), `-D pos=`
+    fixes the position every timed call gets (the header shows it), the results file is another
+    than the one at drawn positions (which `tune=True` uses), and a position its `requires`
+    refuses is a located error before anything is compiled."""
+    path = os.path.join(ROOT, "examples", "attention.tk")
+    space = {"BT": (64, 128)}
+    plain = tune_search.plan(path, {"H": 6, "HD": 48, "KVD": 288}, space)
+    fixed = tune_search.plan(path, {"H": 6, "HD": 48, "KVD": 288, "pos": 1023}, space)
+    assert plain.scalars == {} and fixed.scalars == {"pos": 1023} and fixed.dims == plain.dims
+    assert len(fixed.survivors) == 2 and not fixed.rejected
+    cache = Cache(str(tmp_path / "cache"))
+    _, at_plain = tune_search.search(plain, "cuda", cache, "Fake GPU", measure=lambda c: 1.0)
+    _, at_fixed = tune_search.search(fixed, "cuda", cache, "Fake GPU", measure=lambda c: 2.0)
+    assert at_plain != at_fixed
+    with open(at_fixed, encoding="utf-8") as f:
+        assert json.load(f)["scalars"] == {"pos": 1023}
+    assert tune.tuned_config(cache.root, path, plain.text, plain.dims, "cuda", "Fake GPU") == {"BT": 64, "threads": 512}
+    # the GPU measure draws its inputs with the fixed value
+    from tkc import oracle
+
+    seen = []
+    monkeypatch.setattr(oracle, "random_inputs", lambda module, seed, device, dist="normal", scalars=None:
+                        seen.append(scalars) or [])
+    monkeypatch.setattr(oracle, "reference", lambda module, inputs: [])
+    tune_search.GpuMeasure(fixed, "cuda", cache)._inputs(None)
+    assert seen and all(s == {"pos": 1023} for s in seen)
+    rc, out, err = cli(capsys, "tune", path, "--dry-run", "-D", "pos=1023", "-D", "S=2048", "--space", "BT=64")
+    assert rc == 0 and out.splitlines()[0] == "tune `attention` (target tilelang) at H=32, HD=128, KVD=4096, " \
+                                              "S=2048, pos=1023", err
+    rc, out, err = cli(capsys, "tune", path, "--dry-run", "-D", "pos=1024")
+    assert rc == 1 and "attention.tk:19:14: error: requirement `pos < S` does not hold at this call" in err, err
+    assert "with S = 1024, pos = 1024" in err and "Traceback" not in err
+    rc, out, err = cli(capsys, "tune", path, "--dry-run", "-D", "BQ=1")
+    assert rc == 1 and "`-D BQ` names neither a dim, a schedule constant nor a runtime scalar" in err, err

@@ -49,18 +49,33 @@ class Plan:
     # many survivors it left untimed (rank_by_model)
     model_us: dict[str, float] = field(default_factory=dict)
     model_dropped: int = 0
+    # runtime scalars fixed with `-D` (attention's `pos`): every timed call gets these values
+    # (else each input set draws its own), and the results file is kept apart from the others
+    scalars: dict[str, int] = field(default_factory=dict)
+
+    def key_dims(self) -> dict[str, int]:
+        """The dims and fixed runtime scalars that name the results file and the report."""
+        return {**self.dims, **self.scalars}
 
 
-def resolve_dims(kernel: A.Kernel, defines: dict[str, int]) -> dict[str, int]:
+def runtime_scalars(kernel: A.Kernel) -> set[str]:
+    """The kernel's runtime scalar parameters (`pos: i32`)."""
+    return {p.name for p in kernel.inputs if p.dims is None}
+
+
+def resolve_dims(kernel: A.Kernel, defines: dict[str, int], scalars_ok: bool = False) -> dict[str, int]:
     """The problem dims: `-D` values, else `where` defaults. Raises TkError (as lowering does) for
-    a `-D` name that is neither a dim nor a constant and a dim with no value."""
+    a `-D` name that is neither a dim nor a constant (nor, with `scalars_ok`, a runtime scalar)
+    and a dim with no value."""
     from dsl.lower import tensor_dims
 
     dims_used = tensor_dims(kernel)
+    scalars = runtime_scalars(kernel) if scalars_ok else set()
     for name in defines:
-        if name not in dims_used and name not in kernel.consts:
-            known = sorted(set(dims_used) | set(kernel.consts))
-            raise error(kernel.loc, f"`-D {name}` names neither a dim nor a schedule constant of `{kernel.name}`",
+        if name not in dims_used and name not in kernel.consts and name not in scalars:
+            known = sorted(set(dims_used) | set(kernel.consts) | scalars)
+            what = "a dim, a schedule constant nor a runtime scalar" if scalars else "a dim nor a schedule constant"
+            raise error(kernel.loc, f"`-D {name}` names neither {what} of `{kernel.name}`",
                         f"known names: {', '.join(known)}")
     dims = {}
     for name, loc in dims_used.items():
@@ -85,7 +100,12 @@ def plan(path: str, defines: dict[str, int], space_args: dict[str, tuple[int, ..
     text = driver.read_source(path)
     kernel = parse(text, path)
     check_tune(kernel)
-    dims = resolve_dims(kernel, defines)
+    dims = resolve_dims(kernel, defines, scalars_ok=True)
+    scalars = {n: v for n, v in sorted(defines.items()) if n in runtime_scalars(kernel)}
+    if scalars:  # their `requires` (pos < S) checked once here, not as a failure of every configuration
+        from tkc.runtime import check_runtime
+
+        check_runtime(driver.frontend(path, dims, text), scalars)
     space = build_space(kernel, {n: v for n, v in defines.items() if n in kernel.consts}, space_args)
     pruner = Pruner(path, text, kernel, dims)
     survivors, rejected = [], []
@@ -100,7 +120,7 @@ def plan(path: str, defines: dict[str, int], space_args: dict[str, tuple[int, ..
                 rejected.append(rec)
             if i % 256 == 255:
                 bar.advance(task, 256)
-    return Plan(path, text, kernel, dims, space, survivors, rejected, time.perf_counter() - t0)
+    return Plan(path, text, kernel, dims, space, survivors, rejected, time.perf_counter() - t0, scalars=scalars)
 
 
 def rank_by_model(p: Plan, keep: int) -> Plan:
@@ -197,10 +217,11 @@ class GpuMeasure:
         from tkc import oracle
         from tkc.bench import L2_BYTES
 
-        first = oracle.random_inputs(module, 0, "cuda")
+        fixed = self.plan.scalars or None
+        first = oracle.random_inputs(module, 0, "cuda", scalars=fixed)
         nbytes = sum(t.numel() * t.element_size() for t in first) or 1
         n = max(2, min(16, math.ceil(2 * L2_BYTES / nbytes)))
-        self.sets = [first] + [oracle.random_inputs(module, seed, "cuda") for seed in range(1, n)]
+        self.sets = [first] + [oracle.random_inputs(module, seed, "cuda", scalars=fixed) for seed in range(1, n)]
         self.refs = oracle.reference(module, first)
 
     def __call__(self, config: dict[str, int]) -> float:
@@ -241,7 +262,7 @@ def search(p: Plan, target: str, cache: Cache, device: str, jobs: int = 1, measu
     unless `retime`), save the results, and return (the records of this search's space, the
     results file's path). `measure(config) -> ms` defaults to GpuMeasure (which needs the GPU),
     and the parallel compile runs only with it."""
-    path = results_path(cache.root, p.text, p.dims, device, target)
+    path = results_path(cache.root, p.text, p.key_dims(), device, target)
     earlier = load_results(path) or {}
     records = {config_key(r.config): r for r in p.rejected}
     todo = []
@@ -268,7 +289,8 @@ def search(p: Plan, target: str, cache: Cache, device: str, jobs: int = 1, measu
                     records[key] = Record(c, exc.status, reason=exc.reason, group=f"{exc.status}: {exc.reason}")
             bar.advance(task)
     merged = {**earlier, **{k: r for k, r in records.items() if r.status not in ("requires", "smem")}}
-    save_results(path, merged, {"kernel": p.kernel.name, "dims": p.dims, "device": device, "target": target})
+    save_results(path, merged, {"kernel": p.kernel.name, "dims": p.dims, "device": device, "target": target,
+                                **({"scalars": p.scalars} if p.scalars else {})})
     order = [config_key(c) for c in configurations(p.space)]
     return [records[k] for k in order if k in records], path
 
@@ -277,7 +299,7 @@ def search(p: Plan, target: str, cache: Cache, device: str, jobs: int = 1, measu
 
 def _header(p: Plan, target: str, device: str | None) -> str:
     on = f" on {device}" if device else ""
-    return f"tune `{p.kernel.name}`{on} (target {target}) at {config_key(p.dims)}"
+    return f"tune `{p.kernel.name}`{on} (target {target}) at {config_key(p.key_dims())}"
 
 
 def _space_line(p: Plan) -> str:
