@@ -433,9 +433,11 @@ def test_a_runtime_scalar_is_fixed_with_d_and_keys_its_own_results(capsys, tmp_p
     # the GPU measure draws its inputs with the fixed value
     from tkc import oracle
 
-    seen = []
+    import torch
+
+    seen = []  # a tensor and the scalar's int, as oracle.random_inputs returns them
     monkeypatch.setattr(oracle, "random_inputs", lambda module, seed, device, dist="normal", scalars=None:
-                        seen.append(scalars) or [])
+                        seen.append(scalars) or [torch.zeros(4), scalars["pos"]])
     monkeypatch.setattr(oracle, "reference", lambda module, inputs: [])
     tune_search.GpuMeasure(fixed, "cuda", cache)._inputs(None)
     assert seen and all(s == {"pos": 1023} for s in seen)

@@ -219,7 +219,7 @@ class GpuMeasure:
 
         fixed = self.plan.scalars or None
         first = oracle.random_inputs(module, 0, "cuda", scalars=fixed)
-        nbytes = sum(t.numel() * t.element_size() for t in first) or 1
+        nbytes = sum(t.numel() * t.element_size() for t in first if hasattr(t, "numel")) or 1  # runtime scalars are ints
         n = max(2, min(16, math.ceil(2 * L2_BYTES / nbytes)))
         self.sets = [first] + [oracle.random_inputs(module, seed, "cuda", scalars=fixed) for seed in range(1, n)]
         self.refs = oracle.reference(module, first)
