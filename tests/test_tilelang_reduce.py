@@ -195,7 +195,7 @@ def test_an_over_budget_workspace_is_named_in_the_diagnostic():
 
 @pytest.mark.parametrize("dtype, width, axis, pitch", [("f32", 48, 0, 49), ("f16", 48, 0, 50), ("f16", 33, 0, 34),
                                                        ("f32", 33, 0, 33), ("f64", 48, 0, 49), ("f32", 48, 1, 48)])
-def test_a_staged_column_sum_pads_its_rows_to_an_odd_word_count(dtype, width, axis, pitch):
+def test_a_staged_column_sum_pads_its_rows_to_an_odd_word_count(tmp_path, dtype, width, axis, pitch):
     """32 lanes read one column of 32 rows of the shared copy: rows of an even number of 4-byte
     words put those reads in few banks (48 f32: 2 banks, 16-way conflicts; attention at 48-wide
     heads through `tilelang` took 33.8 us at position 1023 on an H100, 22.5 padded to 49)."""
@@ -207,13 +207,9 @@ def test_a_staged_column_sum_pads_its_rows_to_an_odd_word_count(dtype, width, ax
     Y[0 : +{'1' if axis == 0 else 'R'}, 0 : +{'C' if axis == 0 else '1'}] = sum(x, {axis})
 }}
 """
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.tk")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        module = driver.optimize(driver.frontend(path, {}), "tilelang")
+    path = tmp_path / "k.tk"
+    path.write_text(text)
+    module = driver.optimize(driver.frontend(str(path), {}), "tilelang")
     (op,) = [o for o in module.walk() if o.name == "tile.reduce"]
     assert smem_tilelang.staged_pitch(op) == pitch
     assert smem_tilelang.staged_bytes(op) == 64 * pitch * {"f16": 2, "f32": 4, "f64": 8}[dtype]

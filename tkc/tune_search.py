@@ -101,7 +101,8 @@ def plan(path: str, defines: dict[str, int], space_args: dict[str, tuple[int, ..
     kernel = parse(text, path)
     check_tune(kernel)
     dims = resolve_dims(kernel, defines, scalars_ok=True)
-    scalars = {n: v for n, v in sorted(defines.items()) if n in runtime_scalars(kernel)}
+    names = runtime_scalars(kernel)
+    scalars = {n: v for n, v in sorted(defines.items()) if n in names}
     if scalars:  # their `requires` (pos < S) checked once here, not as a failure of every configuration
         from tkc.runtime import check_runtime
 
