@@ -3,7 +3,8 @@
 Called by codegen/tilelang.py's emitter (both forms) for a `tile.launch` with `tiles`. The prim_func
 runs over the launch data of tkc.sparse.DispatchPlan, which the runtime passes after the outputs:
 Bt [N, K] (B transposed, B's dtype), tc_ptr i32[n_tc + 1], tc_m i32[n_tc], tc_n i32[n_tc],
-tc_order i32[tc_ptr[-1]], dot_order i32[n_dot]. Their lengths change with the pattern, so they are
+tc_order i32[tc_ptr[-1]], dot_order i32[n_dot], tc_rc i32[tc_ptr[-1]] (read by the `cuda`
+backend only). Their lengths change with the pattern, so they are
 TileLang dynamic dims (`T.dynamic`: the compiled kernel reads them from the tensors' shapes) and
 one compile serves every pattern of the same M, N, K, NNZ. It holds two kernels, each launched by
 the host code only when its grid is not empty (`if n_tc > 0:`), so the dot products reserve none
@@ -40,7 +41,7 @@ from passes.targets import DEFAULT_SM, SMEM_LIMITS
 # The launch data after the outputs, in the runtime's order (tkc/runtime.py, Kernel.__call__), and
 # the dynamic dim of each one's length (tc_ptr has its own: n_tc + 1 is not a bindable shape).
 EXTRAS = (("Bt", None), ("tc_ptr", "n_tc_ptr"), ("tc_m", "n_tc"), ("tc_n", "n_tc"), ("tc_order", "n_tc_entries"),
-          ("dot_order", "n_dot"))
+          ("dot_order", "n_dot"), ("tc_rc", "n_tc_entries"))
 LENGTHS = ("n_tc", "n_tc_ptr", "n_tc_entries", "n_dot")
 
 

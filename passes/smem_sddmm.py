@@ -7,12 +7,19 @@ and the thread count. codegen/cuda_sddmm.py and codegen/tilelang_sddmm.py emit e
 the estimate is what the kernels declare (tests/test_smem_fit.py: ptxas and TileLang's lowering).
 
 * `cuda` (`cuda_tiles`), three kernels, each within the limit on its own:
-  - `<kernel>` (the tensor-core tiles): A's rows [BMP][BK + 8] and B's columns [BK][BNP + 8]
-    in two K stages of dynamic shared memory (BMP x BNP: BM x BN padded to the m16n8k16 atom;
-    8 elements of row padding keep ldmatrix rows on distinct banks), BK the K chunk: K rounded
-    up to 16, at most 64, halved while the two stages exceed SMEM_BUDGET. After the K loop the
-    f32 products [BMP][BNP + 4] take the stages' bytes: max(stages, products). No such kernel
-    when no tile goes to tensor cores (f32/f64 operands, or `dot_below` over BM x BN).
+  - `<kernel>` (the tensor-core tiles), one tile per block, K in chunks of BK through STAGES
+    stages of dynamic shared memory, in one of two forms (BMP x BNP: BM x BN padded to the
+    instruction's tile); after the K loop the f32 products [BMP][BNP + 4] take the stages' bytes:
+    max(stages, products).
+    - `wgmma` (sm_90 warpgroup mma, `wgmma_fits`: f16/bf16, K a multiple of 8, one warpgroup of
+      128 threads per 64 rows of BMP, BNP at most 256): WGMMA_STAGES stages of A's rows [BMP][64]
+      and Bt's rows (B's columns) [BNP][64], 128-byte rows in the 128-byte swizzle wgmma's descriptors
+      name, no padding, BK = 64, the base aligned to 1024 bytes (1024 bytes of slack counted).
+    - `mma.sync` m16n8k16 otherwise: A's rows [BMP][BK + 8] and B's columns [BK][BNP + 8] (8
+      elements of row padding keep ldmatrix rows on distinct banks), BK K rounded up to 16, at
+      most 64, halved while the stages exceed SMEM_BUDGET.
+    No such kernel when no tile goes to tensor cores (f32/f64 operands, or `dot_below` over
+    BM x BN).
   - `<kernel>_transpose_b` (B -> Bt): a static [64][64 + one 16-byte vector] tile of B's dtype.
   - `<kernel>_dots`: none.
 * `tilelang` (`tilelang_tiles`), the tile kernel: `A_tile` [TM, BK] and `B_tile` [BK, TN], two
@@ -44,6 +51,10 @@ from passes.targets import DEFAULT_SM, SMEM_LIMITS
 # cuda
 SMEM_BUDGET = 96 * 1024  # bytes of the two K stages; larger tiles take a smaller BK
 CUDA_STAGES = 2
+WGMMA_ROWS = 64  # rows of A per warpgroup (wgmma m64nNk16)
+WGMMA_BK = 64  # f16 elements of a 128-byte swizzled row
+WGMMA_SLACK = 1024  # bytes to align the stages to 1024 (the 128-byte swizzle's atom)
+WGMMA_STAGES = 3  # chunk kt's wgmma overlap the refill of chunk kt - 1's stage
 ROW_PAD = 8  # elements after each staged row (16 bytes of f16: ldmatrix rows on distinct banks)
 PRODUCT_PAD = 4  # f32 elements after each row of the products
 TRANSPOSE_TILE = 64  # B -> Bt tiles (elements per side)
@@ -99,6 +110,13 @@ class CudaTiles:
     stage_elems: int  # elements of one K stage (A's rows then B's)
     smem: int  # dynamic bytes of the tile kernel (0 without it)
     transpose: int  # static bytes of the transposition kernel
+    wgmma: bool = False  # the wgmma form (see the module docstring)
+    stages: int = CUDA_STAGES
+
+    @property
+    def kt(self) -> int:
+        """K chunks of BK."""
+        return -(-self.kp // self.bk)
 
     @property
     def vec(self) -> int:
@@ -115,8 +133,14 @@ class CudaTiles:
         """The staged tiles (`a`, `b`: the operands' names)."""
         if not self.tc:
             return []
-        stages = CUDA_STAGES * self.stage_elems * DTYPES[self.dtype][0]
         products = self.bmp * self.cpitch * 4
+        if self.wgmma:
+            return [Staged(f"`{a}`'s rows in K chunks", self.bmp, self.apitch, 0, self.dtype, self.stages),
+                    Staged(f"`{b}`'s columns in K chunks (B transposed)", self.bnp, self.bpitch, 0, self.dtype,
+                           self.stages),
+                    Staged("the f32 products", self.bmp, self.cpitch, PRODUCT_PAD, "f32", 1,
+                           f", in the stages' bytes after the K loop; {WGMMA_SLACK} bytes to align them")]
+        stages = self.stages * self.stage_elems * DTYPES[self.dtype][0]
         reuse = (", in the stages' bytes after the K loop" if products <= stages else
                  f", the stages' {stages} bytes reused after the K loop")
         return [Staged(f"`{a}`'s rows in K chunks", self.bmp, self.apitch, ROW_PAD, self.dtype, CUDA_STAGES),
@@ -124,10 +148,27 @@ class CudaTiles:
                 Staged("the f32 products", self.bmp, self.cpitch, PRODUCT_PAD, "f32", 1, reuse)]
 
 
-def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool) -> CudaTiles:
+def wgmma_fits(bm: int, bn: int, k: int, dtype: str, threads: int) -> bool:
+    """Whether the tile kernel takes the wgmma form: f16/bf16 operands, K a multiple of 8 (16-byte
+    rows for cp.async), one warpgroup per 64 rows of BM rounded up to 64, BN rounded up to 8 at
+    most 256 (wgmma's largest N)."""
+    bmp = -(-bm // WGMMA_ROWS) * WGMMA_ROWS
+    return (dtype in MMA_DTYPES and k % 8 == 0 and threads == 128 * (bmp // WGMMA_ROWS)
+            and -(-bn // 8) * 8 <= 256)
+
+
+def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool, threads: int = 0) -> CudaTiles:
     """codegen/cuda_sddmm.py's tiles for BM x BN tiles over K of `dtype` operands (`tc`: with the
-    tensor-core kernel, `cuda_tensor_cores`); see the module docstring."""
+    tensor-core kernel, `cuda_tensor_cores`) and `threads` per block; see the module docstring."""
     esize = DTYPES[dtype][0]
+    transpose = TRANSPOSE_TILE * (TRANSPOSE_TILE + 16 // esize) * esize
+    if tc and wgmma_fits(bm, bn, k, dtype, threads):
+        bmp, bnp = -(-bm // WGMMA_ROWS) * WGMMA_ROWS, -(-bn // 8) * 8
+        kp, bk = -(-k // WGMMA_BK) * WGMMA_BK, WGMMA_BK
+        stage_elems = (bmp + bnp) * bk
+        cpitch = bnp + PRODUCT_PAD
+        smem = max(WGMMA_STAGES * stage_elems * esize, bmp * cpitch * 4) + WGMMA_SLACK
+        return CudaTiles(tc, dtype, bmp, bnp, kp, bk, bk, bk, cpitch, stage_elems, smem, transpose, True, WGMMA_STAGES)
     mm, mn, mk = MMA_SHAPE
     bmp, bnp = -(-bm // mm) * mm, -(-bn // mn) * mn
     kp = -(-k // mk) * mk
@@ -139,7 +180,6 @@ def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool) -> CudaTiles:
     stage_elems = bmp * apitch + bk * bpitch
     cpitch = bnp + PRODUCT_PAD
     smem = max(CUDA_STAGES * stage_elems * esize, bmp * cpitch * 4) if tc else 0
-    transpose = TRANSPOSE_TILE * (TRANSPOSE_TILE + 16 // esize) * esize
     return CudaTiles(tc, dtype, bmp, bnp, kp, bk, apitch, bpitch, cpitch, stage_elems, smem, transpose)
 
 
@@ -236,7 +276,7 @@ class Dims:
 
     def cuda(self) -> CudaTiles:
         return cuda_tiles(self.bm, self.bn, self.k, self.a_dtype,
-                          cuda_tensor_cores(self.a_dtype, self.dot_below, self.bm, self.bn))
+                          cuda_tensor_cores(self.a_dtype, self.dot_below, self.bm, self.bn), self.threads)
 
     def tilelang(self) -> TlTiles:
         return tilelang_tiles(self.bm, self.bn, self.k, self.n, self.a_dtype, self.b_dtype, self.threads)

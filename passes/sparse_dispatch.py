@@ -4,7 +4,7 @@ A `tile.sampled_gemm` in a `tiles` grid computes, for each BM x BN tile of the p
 holds an entry, the products at the tile's entries. Two ways to do it:
 
 - **tensor-core tile**: stage A's BM x K rows and B's K x BN columns in shared memory and multiply
-  the whole tile (mma.sync), then pick the entries out of the accumulator. Its cost does not
+  the whole tile (wgmma or mma.sync), then pick the entries out of the accumulator. Its cost does not
   depend on how many entries the tile holds: (BM + BN) * K operand elements come from L2 and
   2 * BM * BN * K flops go through the tensor cores, and at small K a fixed cost per position
   (the pipeline's fill, the accumulators through shared memory) is the larger.

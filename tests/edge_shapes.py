@@ -163,8 +163,10 @@ SPECS: dict[str, Spec] = {
     # TM = 1 (scalar A loads), BK = 16 (K = 40 ends in a half tile loaded by guarded cp.async),
     # and the file's own tiling (one partial 128 x 128 block)
     # SDDMM: tiles of S cut M and N; NNZ entries drawn uniformly (fewer than M x N at every case)
+    # (variants: 8 x 8 tiles; one warpgroup's wgmma tiles of 64 x 40 on `cuda`)
     "examples/sddmm.tk": Spec({"M": 40, "N": 72, "K": 24, "NNZ": 300}, {"BM": 16, "BN": 32}, {"M": "BM", "N": "BN"},
-                              variants=({"BM": 8, "BN": 8},), entries=("NNZ", "M", "N")),
+                              variants=({"BM": 8, "BN": 8}, {"BM": 64, "BN": 40, "threads": 128}),
+                              entries=("NNZ", "M", "N")),
     "examples/sddmm_wmma_16x16x16.tk": Spec({"M": 40, "N": 40, "K": 24, "NNZ": 200}, {"BM": 16, "BN": 16},
                                             {"M": "BM", "N": "BN"}, entries=("NNZ", "M", "N")),
     "examples/sddmm_wmma_32x8x16.tk": Spec({"M": 72, "N": 20, "K": 24, "NNZ": 200}, {"BM": 32, "BN": 8},

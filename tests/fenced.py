@@ -70,7 +70,7 @@ def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     if sampled is not None:  # a sampled gemm (SDDMM): the runtime's launch data (B transposed, DispatchPlan)
         device = inputs[sampled[1]].device
         on_device = [t.to(device) if isinstance(t, SparsePattern) else t for t in inputs]
-        plan, bt, fill = kernel._sampled_launch_data(sampled, on_device)
+        plan, bt, fill = kernel._sampled_launch_data(sampled, on_device, jit)
         extras = [bt, *plan.tensors()]
     values = [t for t in inputs if isinstance(t, int)]
     inputs = [x for t in inputs if not isinstance(t, int)
@@ -94,7 +94,7 @@ def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     ins_extra = [fenced(t.shape, t.dtype, device, t) for t in extras]
     if fill:  # the CUDA kernel's own transpose writes Bt: start it as poison
         ins_extra[0] = fenced(extras[0].shape, extras[0].dtype, device)
-    if not extras or extras[-4].numel() + extras[-1].numel():  # an empty pattern launches nothing
+    if sampled is None or plan.n_tc + plan.n_dot:  # an empty pattern launches nothing
         jit(*[v for v, _ in ins], *[v for v, _ in outs], *values, *[v for v, _ in ins_extra], **fill)
     ins += ins_extra
     if device.type == "cuda":

@@ -508,3 +508,22 @@ def test_dispatch_puts_a_five_percent_tile_where_the_h100_ran_it_faster(k, path)
         assert e.t_tile == 128 * 128 * RATES["sm_90"].tile_floor
     # a 33% dense tile (1504^2 with 746k entries) is a tensor-core tile at every K
     assert 5400 >= e.dot_below
+
+
+
+def test_wgmma_form_where_it_fits():
+    """The `cuda` tile kernel's form (passes/smem_sddmm.py): wgmma for f16/bf16 operands with K a
+    multiple of 8, one warpgroup per 64 rows of BM and BN up to 256; mma.sync otherwise. The wgmma
+    stages are unpadded 128-byte rows (BK = 64) with 1024 bytes of slack to align them."""
+    from passes.smem_sddmm import WGMMA_SLACK, WGMMA_STAGES, cuda_tiles
+
+    for args, wgmma in (((128, 128, 256, "f16", True, 256), True), ((64, 40, 24, "bf16", True, 128), True),
+                        ((128, 128, 13, "f16", True, 256), False), ((128, 128, 256, "f16", True, 128), False),
+                        ((16, 16, 256, "f16", True, 32), False), ((64, 264, 256, "f16", True, 128), False),
+                        ((128, 128, 256, "f32", False, 256), False)):
+        t = cuda_tiles(*args)
+        assert t.wgmma == wgmma, args
+        if wgmma:
+            bmp, bnp = -(-args[0] // 64) * 64, -(-args[1] // 8) * 8
+            assert (t.bmp, t.bnp, t.bk, t.apitch, t.bpitch) == (bmp, bnp, 64, 64, 64)
+            assert t.smem == max(WGMMA_STAGES * (bmp + bnp) * 64 * 2, bmp * (bnp + 4) * 4) + WGMMA_SLACK

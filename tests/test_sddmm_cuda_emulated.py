@@ -46,7 +46,7 @@ def _kernel(tmp_path, **kw):
         source = cuda.emit(module)
         work = tmp_path / f"emu{len(_BUILT)}"
         work.mkdir()
-        dtypes = ["f32", "f32", "i32", "i32", "f32", "f32", "i32", "i32", "i32", "i32", "i32"]
+        dtypes = ["f32", "f32", "i32", "i32", "f32", "f32", "i32", "i32", "i32", "i32", "i32", "i32"]
         exe = emulate.build(source, dtypes, 2, str(work))
         op = next(o for o in module.func.walk() if o.name == "tile.sampled_gemm")
         _BUILT[text] = (exe, str(work), int(op.attrs["dot_below"]), module, source)

@@ -414,6 +414,30 @@ def test_tile_lists_match_brute_force(pattern, BM, BN, fmt):
     assert lists.T == len(lists.tile_m)
 
 
+@settings(max_examples=examples(10, 25), deadline=None)
+@given(_patterns(), st.integers(1, 9), st.integers(1, 9), st.integers(0, 12))
+def test_dispatch_plan_splits_every_entry_once(pattern, BM, BN, dot_below):
+    """dispatch_plan against brute force: the tiles with >= dot_below entries in row-major order
+    with their entries (tc_ptr, tc_m, tc_n, tc_order), each entry's place in its tile packed in
+    tc_rc, the other entries in (row, column) order, every entry exactly once."""
+    from tkc.sparse import dispatch_plan
+
+    M, N, rows, cols = pattern
+    p = as_pattern(_torch_coo(rows, cols, (M, N)), "coo")
+    plan = dispatch_plan(p, BM, BN, dot_below)
+    ptr, tm, tn, order = _brute_tiles(M, N, p.rows.tolist(), p.cols.tolist(), BM, BN)
+    keep = [t for t in range(len(tm)) if ptr[t + 1] - ptr[t] >= dot_below]
+    assert plan.tc_m.tolist() == [tm[t] for t in keep] and plan.tc_n.tolist() == [tn[t] for t in keep]
+    assert plan.tc_ptr.tolist() == np.cumsum([0] + [ptr[t + 1] - ptr[t] for t in keep]).tolist()
+    assert plan.tc_order.tolist() == [e for t in keep for e in order[ptr[t]:ptr[t + 1]]]
+    r, c = p.rows.tolist(), p.cols.tolist()
+    want_rc = [((r[e] - tm[t] * BM) << 16) | (c[e] - tn[t] * BN) for t in keep for e in order[ptr[t]:ptr[t + 1]]]
+    assert plan.tc_rc.tolist() == want_rc
+    dots = sorted((set(range(len(r))) - set(plan.tc_order.tolist())), key=lambda e: (r[e], c[e]))
+    assert [(r[e], c[e]) for e in plan.dot_order.tolist()] == [(r[e], c[e]) for e in dots]
+    assert len(plan.tensors()) == 6 and all(t.dtype == torch.int32 for t in plan.tensors())
+
+
 def test_tile_lists_edges():
     empty = uniform(10, 10, 0)
     assert _as_lists(tile_lists(empty, 4, 4)) == ([0], [], [], [])

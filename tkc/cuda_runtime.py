@@ -118,9 +118,11 @@ class CudaLaunch:
         self.smem = int(config["smem_bytes"])
         # a sampled gemm (codegen/cuda_sddmm.py): two kernels, tensor-core tiles (this launch's
         # kernel, when the operands have that path) and dot products, with grids from the pattern's
-        # DispatchPlan (the last five tensors: tc_ptr, tc_m, tc_n, tc_order, dot_order); both take
-        # n_tc and n_dot after the tensors
+        # DispatchPlan (the last six tensors: tc_ptr, tc_m, tc_n, tc_order, dot_order, tc_rc); both
+        # take n_tc and n_dot after the tensors. `tc_reads_bt`: the tile kernel reads B transposed
+        # (wgmma tiles), so the runtime provides Bt when there are tiles too
         sddmm = config.get("sddmm", {})
+        self.tc_reads_bt = bool(sddmm.get("tc_reads_bt"))
         self.dot_per_block, self.dot_kernel = sddmm.get("dot_per_block"), sddmm.get("dot_kernel")
         self.tc_kernel = sddmm.get("tc_kernel")
         self.transpose = (sddmm["transpose_kernel"], sddmm["transpose_tile"], sddmm["transpose_threads"]) if sddmm else None
@@ -212,13 +214,15 @@ class CudaLaunch:
             if 0 in grid:  # an empty dynamic extent: nothing to compute
                 return
         if self.dot_kernel is not None:
-            n_tc, n_dot = tensors[-4].numel(), tensors[-1].numel()
+            n_tc, n_dot = tensors[-5].numel(), tensors[-2].numel()
             args += [numpy.int32(n_tc), numpy.int32(n_dot)]
-            launches = ([(self.tc_kernel, (n_tc, 1, 1), self.block, args, self.smem)] if self.tc_kernel and n_tc else [])
+            launches = []
+            if fill_bt:  # B [K, N] -> Bt [N, K], before the kernels that read it
+                (K, N), (name, tile, threads) = tensors[1].shape, self.transpose
+                launches.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), (args[1], args[5]), 0))
+            if self.tc_kernel and n_tc:
+                launches.append((self.tc_kernel, (n_tc, 1, 1), self.block, args, self.smem))
             if n_dot:
-                if fill_bt:  # B [K, N] -> Bt [N, K]
-                    (K, N), (name, tile, threads) = tensors[1].shape, self.transpose
-                    launches.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), (args[1], args[5]), 0))
                 launches.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, args, 0))
         else:
             launches = [(self.name, grid, self.block, args, self.smem)]

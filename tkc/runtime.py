@@ -509,7 +509,7 @@ class Kernel:
                 outputs.append((torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device))
         extras, fill = [], {}
         if sampled is not None and self.target != INTERP:  # the tile lists of a sampled gemm (SDDMM)
-            plan, bt, fill = self._sampled_launch_data(sampled, tensors)
+            plan, bt, fill = self._sampled_launch_data(sampled, tensors, jit)
             if (key is not None and self._sampled_at is not None and not values and not runtime and not indexed
                     and all(isinstance(t, torch.Tensor) for i, t in enumerate(original) if i != self._sampled_at)):
                 given_pattern = original[self._sampled_at]
@@ -542,15 +542,16 @@ class Kernel:
                 arrays += pattern_tensors
             else:
                 arrays.append(t if t.is_contiguous() else t.contiguous())
-        bt, fill = self._b_transposed(plan, tensors[b_at])
+        bt, fill = self._b_transposed(plan, tensors[b_at], jit)
         jit(*arrays, *outputs, bt, *plan.tensors(), **fill)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def _b_transposed(self, plan, b):
-        """(Bt, launch keywords) for the dot products of `plan`: free for a transposed view of
-        B, left to the kernel's own transpose on `cuda` (`fill_bt`: faster than torch's), unread
-        (a free [N, K] view of B, the shape TileLang checks) when the pattern has no dot products."""
-        if plan.n_dot == 0:
+    def _b_transposed(self, plan, b, jit):
+        """(Bt, launch keywords) for the dot products of `plan` (and the tensor-core tiles of a
+        `cuda` kernel whose tiles read it, `jit.tc_reads_bt`): free for a transposed view of B,
+        left to the kernel's own transpose on `cuda` (`fill_bt`: faster than torch's), unread (a
+        free [N, K] view of B, the shape TileLang checks) when no kernel of the launch reads it."""
+        if plan.n_dot == 0 and not (plan.n_tc and getattr(jit, "tc_reads_bt", False)):
             return b.reshape(b.shape[1], b.shape[0]), {}
         if b.t().is_contiguous():
             return b.t(), {}
@@ -558,7 +559,7 @@ class Kernel:
             return b.new_empty((b.shape[1], b.shape[0])), {"fill_bt": True}
         return b.t().contiguous(), {}
 
-    def _sampled_launch_data(self, sampled, tensors):
+    def _sampled_launch_data(self, sampled, tensors, jit):
         """(plan, Bt, launch keywords) of a sampled gemm for `tensors` (the call's inputs, the
         pattern on the kernel's device): the pattern's tkc.sparse.DispatchPlan at the pass's
         threshold (or `self.dot_below`), and B transposed for the dot products (`_b_transposed`)."""
@@ -568,7 +569,7 @@ class Kernel:
         if self.dot_below is not None and dot_below <= bm * bn:  # (no override without a tensor-core path)
             dot_below = int(self.dot_below)
         plan = dispatch_plan(tensors[pattern_at], bm, bn, dot_below)
-        return (plan, *self._b_transposed(plan, tensors[b_at]))
+        return (plan, *self._b_transposed(plan, tensors[b_at], jit))
 
     def _sampled(self, module):
         """(pattern input position, B input position, BM, BN, dot_below) of the kernel's sampled

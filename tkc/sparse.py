@@ -262,6 +262,10 @@ class DispatchPlan:
       rows/cols/P, in S's order within the tile). Tiles in row-major tile order.
     - dot_order [n_dot]: the entries of the other tiles, computed as one dot product each, in
       (row, column) order so that consecutive entries share A's row.
+    - tc_rc [tc_ptr[-1]]: the position of each tc_order entry in its tile, (row - tc_m*BM) << 16
+      | (col - tc_n*BN): a tile's epilogue reads it beside tc_order instead of reading rows and
+      cols through tc_order (one dependent load fewer per entry). -1 when BM > 32768 or BN >
+      65536 (no backend's tensor-core tile is that large).
 
     Every entry is in exactly one of tc_order and dot_order."""
 
@@ -270,6 +274,7 @@ class DispatchPlan:
     tc_n: torch.Tensor
     tc_order: torch.Tensor
     dot_order: torch.Tensor
+    tc_rc: torch.Tensor
 
     @property
     def n_tc(self) -> int:
@@ -280,7 +285,8 @@ class DispatchPlan:
         return self.dot_order.numel()
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self.tc_ptr, self.tc_m, self.tc_n, self.tc_order, self.dot_order)
+        """The launch data in the kernels' argument order (after B transposed)."""
+        return (self.tc_ptr, self.tc_m, self.tc_n, self.tc_order, self.dot_order, self.tc_rc)
 
 
 def dispatch_plan(p: SparsePattern, BM: int, BN: int, dot_below: int) -> DispatchPlan:
@@ -302,8 +308,18 @@ def dispatch_plan(p: SparsePattern, BM: int, BN: int, dot_below: int) -> Dispatc
         dot = tl.order[~slot_tc].long()
         if dot.numel():  # (row, column) order: consecutive entries share A's row (and B's columns nearby)
             dot = dot[torch.sort(p.rows[dot].long() * max(p.N, 1) + p.cols[dot].long()).indices]
-        p._memo[key] = DispatchPlan(tc_ptr, tl.tile_m[tc].contiguous(), tl.tile_n[tc].contiguous(),
-                                    tc_order.contiguous(), dot.int().contiguous())
+        tc_m, tc_n = tl.tile_m[tc].contiguous(), tl.tile_n[tc].contiguous()
+        if tc_order.numel() and (BM > 32768 or BN > 65536):
+            tc_rc = torch.full_like(tc_order, -1)
+        elif tc_order.numel():  # each entry's (row, column) in its tile, packed
+            tile_of = torch.repeat_interleave(torch.arange(tc_counts.numel(), device=dev), tc_counts.long())
+            e = tc_order.long()
+            tc_rc = (((p.rows[e].long() - tc_m[tile_of].long() * BM) << 16)
+                     | (p.cols[e].long() - tc_n[tile_of].long() * BN)).int()
+        else:
+            tc_rc = torch.zeros(0, dtype=torch.int32, device=dev)
+        p._memo[key] = DispatchPlan(tc_ptr, tc_m, tc_n, tc_order.contiguous(), dot.int().contiguous(),
+                                    tc_rc.contiguous())
     return p._memo[key]
 
 

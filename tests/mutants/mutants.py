@@ -45,6 +45,7 @@ _CLUSTER = ("tests/test_cluster.py",)
 # tests, so a GPU mutant lists them after tests/gpu/test_gpu_quick.py, whose cases its `select` picks
 _GPU_CLUSTER = _QUICK + ("tests/gpu/test_gpu_cluster.py",)
 _GPU_SDDMM = _QUICK + ("tests/gpu/test_gpu_sddmm.py",)
+_GPU_WGMMA = _QUICK + ("tests/gpu/test_gpu_sddmm_wgmma.py",)  # the wgmma tiles in the quick tier
 _UPDATES = ("tests/test_edges.py", "tests/test_programs.py")  # tests/programs/update_ops.tk
 _MATH = ("tests/test_edges.py", "tests/test_programs.py")  # tests/programs/math_fns.tk, compare_where.tk
 
@@ -718,11 +719,31 @@ MUTANTS: list[Mutant] = [
       "for (int o = G / 2; o > 1; o /= 2)",
       "CUDA: the dot products' shuffle reduction stops one step short (half the lanes' sums are lost)", "cpu",
       tests=("tests/test_sddmm_cuda_emulated.py",)),
+    M("sparse-plan-tile-place-shift", "tkc/sparse.py",
+      "tc_rc = (((p.rows[e].long() - tc_m[tile_of].long() * BM) << 16)",
+      "tc_rc = (((p.rows[e].long() - tc_m[tile_of].long() * BM) << 15)",
+      "the dispatch plan packs an entry's row in its tile one bit short", "cpu",
+      tests=("tests/test_sparse_input.py",)),
     M("cuda-sddmm-tile-entry-row-col-swapped", "codegen/cuda_sddmm.py",
-      'if (e[u] >= 0) {{ r[u] = rows[e[u]]; c[u] = cols[e[u]]; }}',
-      'if (e[u] >= 0) {{ r[u] = cols[e[u]]; c[u] = rows[e[u]]; }}',
+      "cs[(rc[u] >> 16) * CPITCH + (rc[u] & 0xffff)]",
+      "cs[(rc[u] & 0xffff) * CPITCH + (rc[u] >> 16)]",
       "CUDA: a tensor-core tile reads each entry's product at (column, row)", "gpu",
-      tests=_GPU_SDDMM, select="cuda and sddmm"),
+      tests=_GPU_WGMMA, select="wgmma or cuda and sddmm"),
+    M("cuda-sddmm-wgmma-products-race", "codegen/cuda_sddmm.py",
+      '        w("        __syncthreads();  // every warpgroup\'s wgmma have read the stages that the products overwrite")\n',
+      "",
+      "CUDA: a warpgroup writes its products over the stages while another's wgmma still read them", "gpu",
+      tests=_GPU_WGMMA, select="wgmma or cuda and sddmm"),
+    M("cuda-sddmm-wgmma-unswizzled", "codegen/cuda_sddmm.py",
+      "((v ^ (r % 8)) * 8)",
+      "(v * 8)",
+      "CUDA: the wgmma stages are written without the 128-byte swizzle their descriptors name", "gpu",
+      tests=_GPU_WGMMA, select="wgmma or cuda and sddmm"),
+    M("cuda-sddmm-wgmma-k-step", "codegen/cuda_sddmm.py",
+      "tk_wgmma(acc, da + 2 * kk, db + 2 * kk);",
+      "tk_wgmma(acc, da + kk, db + kk);",
+      "CUDA: each k16 wgmma of a chunk starts 16 bytes, not 32, after the last", "gpu",
+      tests=_GPU_WGMMA, select="wgmma or cuda and sddmm"),
     M("cuda-sddmm-b-fragment-k-half", "codegen/cuda_sddmm.py",
       "sb + (kk + lane % 16) * BPITCH + bc",
       "sb + (kk + lane % 8) * BPITCH + bc",
@@ -731,8 +752,8 @@ MUTANTS: list[Mutant] = [
     # caught by no tier yet (tests/mutants/README.md): the quick SDDMM cases have one K chunk, and
     # the full tier's K = 256 cases passed under this race on an H100
     M("cuda-sddmm-stage-wait-early", "codegen/cuda_sddmm.py",
-      "tk_cp_async_wait<1>",
-      "tk_cp_async_wait<2>",
+      "tk_cp_async_wait<STAGES - 1>",
+      "tk_cp_async_wait<STAGES>",
       "CUDA: a tensor-core tile multiplies a K chunk before its cp.async copies have landed", "gpu",
       tests=_GPU_SDDMM, select="cuda and sddmm"),
     M("tilelang-sddmm-dot-reduce-short", "codegen/tilelang_sddmm.py",
