@@ -11,8 +11,8 @@ the estimate is what the kernels declare (tests/test_smem_fit.py: ptxas and Tile
     stages of dynamic shared memory, in one of two forms (BMP x BNP: BM x BN padded to the
     instruction's tile); after the K loop the f32 products [BMP][BNP + 4] take the stages' bytes:
     max(stages, products).
-    - `wgmma` (sm_90 warpgroup mma, `wgmma_fits`: f16/bf16, K a multiple of 8, one warpgroup of
-      128 threads per 64 rows of BMP, BNP at most 256): WGMMA_STAGES stages of A's rows [BMP][64]
+    - `wgmma` (sm_90 warpgroup mma, `wgmma_fits`: f16/bf16, K a multiple of 8, BM a multiple of
+      64 with one warpgroup of 128 threads per 64 rows, BNP at most 256): WGMMA_STAGES stages of A's rows [BMP][64]
       and Bt's rows (B's columns) [BNP][64], 128-byte rows in the 128-byte swizzle wgmma's descriptors
       name, no padding, BK = 64, the base aligned to 1024 bytes (1024 bytes of slack counted).
     - `mma.sync` m16n8k16 otherwise: A's rows [BMP][BK + 8] and B's columns [BK][BNP + 8] (8
@@ -150,10 +150,10 @@ class CudaTiles:
 
 def wgmma_fits(bm: int, bn: int, k: int, dtype: str, threads: int) -> bool:
     """Whether the tile kernel takes the wgmma form: f16/bf16 operands, K a multiple of 8 (16-byte
-    rows for cp.async), one warpgroup per 64 rows of BM rounded up to 64, BN rounded up to 8 at
-    most 256 (wgmma's largest N)."""
-    bmp = -(-bm // WGMMA_ROWS) * WGMMA_ROWS
-    return (dtype in MMA_DTYPES and k % 8 == 0 and threads == 128 * (bmp // WGMMA_ROWS)
+    rows for cp.async), BM a multiple of 64 with one warpgroup (128 threads) per 64 rows, BN
+    rounded up to 8 at most 256 (wgmma's largest N). (Smaller BM would pad the tile's rows to 64:
+    not measured, so those tiles stay on mma.sync.)"""
+    return (dtype in MMA_DTYPES and k % 8 == 0 and bm % WGMMA_ROWS == 0 and threads == 128 * (bm // WGMMA_ROWS)
             and -(-bn // 8) * 8 <= 256)
 
 

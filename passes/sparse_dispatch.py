@@ -47,6 +47,7 @@ class Rates:
 
     l2_bytes: float  # L2 -> shared memory bandwidth of a tile's operands, bytes/s
     mma_flops: float  # the tile kernel's f16 mma.sync rate with f32 accumulation, flop/s
+    wgmma_flops: float  # the same in its wgmma form (passes/smem_sddmm.py `wgmma_fits`), flop/s
     fma_flops: float  # f32 CUDA-core fma, flop/s
     dot_bytes: float  # L2 -> register bandwidth of the dot products' rows of B, bytes/s
     tile_floor: float  # seconds per position of a tile (BM x BN) however small K: its fixed work
@@ -62,8 +63,12 @@ class Rates:
 # 5.8: its fixed work (the pipeline's fill, the accumulators through shared memory, picking the
 # entries) is about 21 ns beyond its entries' index and output bytes, 1.3 ps per position, so a
 # tile costs at least that. Without it the pass put 5% dense tiles at K = 32 on tensor cores,
-# 1.9x slower than dot products.
-RATES = {"sm_90": Rates(4.0e12, 180e12, 67e12, 7.0e12, 1.3e-12,
+# 1.9x slower than dot products. The wgmma form of the tile (2026-11-27): 6084 tiles of 128 x 128
+# at K = 256 in about 215 us on an H100 (benchmarks/sddmm.py, 10000^2 with 5M uniform entries),
+# 35 ns a tile, 240 TFLOP/s; 33 ns on an H200 (sddmm_split.py, every tile forced). At 3% density
+# (8000^2 with 1.92M, 2000 x 12000 with 746k entries: 491 and 509 per tile) the H200 ran every
+# tile on tensor cores in 0.134 and 0.061 ms against 0.150 and 0.063 as dot products.
+RATES = {"sm_90": Rates(4.0e12, 180e12, 240e12, 67e12, 7.0e12, 1.3e-12,
                         "H100, measured by benchmarks/probes/sddmm_split.py and sddmm_dot_order.py "
                         "(docs/PERFORMANCE.md)")}
 RATES["sm_90a"] = RATES["sm_90"]
@@ -81,17 +86,28 @@ class Estimate:
     tile_flops: int
     dot_below: int
     rates: Rates
+    wgmma: bool = False  # the tile kernel's wgmma form
 
 
-def estimate(bm: int, bn: int, k: int, elem: int, rates: Rates) -> Estimate:
-    """Costs of one tile on each path and the entry count where they cross (see the module doc)."""
-    pm, pn = -(-bm // MMA_SHAPE[0]) * MMA_SHAPE[0], -(-bn // MMA_SHAPE[1]) * MMA_SHAPE[1]  # padded to the mma
-    pk = -(-k // MMA_SHAPE[2]) * MMA_SHAPE[2]
+def instruction(bm: int, bn: int, wgmma: bool) -> list[int]:
+    """The tile's tensor-core instruction shape [m, n, k]: wgmma m64nNk16 (N: BN rounded up to 8)
+    or mma.sync m16n8k16."""
+    return [64, -(-bn // 8) * 8, 16] if wgmma else list(MMA_SHAPE)
+
+
+def estimate(bm: int, bn: int, k: int, elem: int, rates: Rates, wgmma: bool = False) -> Estimate:
+    """Costs of one tile on each path and the entry count where they cross (see the module doc);
+    `wgmma`: the tile kernel's wgmma form (K in chunks of 64)."""
+    mm, mn, mk = instruction(bm, bn, wgmma)
+    pm, pn = -(-bm // mm) * mm, -(-bn // mn) * mn  # padded to the instruction
+    pk = -(-k // 64) * 64 if wgmma else -(-k // mk) * mk
     tile_bytes = (bm + bn) * k * elem
     tile_flops = 2 * pm * pn * pk
-    t_tile = max(tile_bytes / rates.l2_bytes, tile_flops / rates.mma_flops, bm * bn * rates.tile_floor)
+    rate = rates.wgmma_flops if wgmma else rates.mma_flops
+    t_tile = max(tile_bytes / rates.l2_bytes, tile_flops / rate, bm * bn * rates.tile_floor)
     t_dot = k * elem / rates.dot_bytes + 2 * k / rates.fma_flops  # A's row comes from L1 (entries by row)
-    return Estimate(bm, bn, k, elem, t_tile, t_dot, tile_bytes, tile_flops, max(1, math.ceil(t_tile / t_dot)), rates)
+    return Estimate(bm, bn, k, elem, t_tile, t_dot, tile_bytes, tile_flops, max(1, math.ceil(t_tile / t_dot)), rates,
+                    wgmma)
 
 
 @dataclass(frozen=True)
@@ -123,16 +139,22 @@ class SparseDispatchPass:
                     op.attrs["dot_below"] = est.bm * est.bn + 1
                     continue
                 op.attrs["dot_below"] = est.dot_below if self.dot_below < 0 else self.dot_below
-                op.attrs["mma"] = list(MMA_SHAPE)
+                op.attrs["mma"] = instruction(est.bm, est.bn, est.wgmma)
         return module
 
 
 def op_estimate(module: Module, op: Op, target: str = "sm_90") -> Estimate:
+    """`op`'s estimate; the wgmma form where the tile kernel takes it (its launch's threads)."""
+    from passes import smem_sddmm  # (it imports this module)
+
     env = module.env
     bm, bn = (exprs.evaluate(exprs.parse(t), env) for t in op.attrs["tile"])
     a = op.operands[0]
     k = a.type.shape[1] if isinstance(a.type.shape[1], int) else exprs.evaluate(a.type.shape[1], env)
-    return estimate(bm, bn, k, DTYPES[a.type.dtype][0], RATES[target])
+    launch = next((l for l in module.func.walk() if l.name == "tile.launch" and op in l.body.ops), None)
+    threads = smem_sddmm.dims(launch, op, env).threads if launch is not None else 0
+    wgmma = smem_sddmm.wgmma_fits(bm, bn, k, a.type.dtype, threads)
+    return estimate(bm, bn, k, DTYPES[a.type.dtype][0], RATES[target], wgmma)
 
 
 def explain(module: Module, target: str = "sm_90") -> list[str]:
@@ -153,8 +175,9 @@ def explain(module: Module, target: str = "sm_90") -> list[str]:
             f"{op.loc.file}:{op.loc.line}:{op.loc.col}: sparse-dispatch for `{op.attrs['pattern']}` "
             f"({e.bm} x {e.bn} tiles, K = {e.k}):\n"
             f"  tensor-core tile: {e.t_tile * 1e9:.2f} ns per tile = max({e.tile_bytes} bytes of A and B from L2 "
-            f"at {e.rates.l2_bytes / 1e12:.1f} TB/s, {e.tile_flops} flops of mma {'x'.join(map(str, MMA_SHAPE))} at "
-            f"{e.rates.mma_flops / 1e12:.0f} TFLOP/s, fixed work of {area} positions at "
+            f"at {e.rates.l2_bytes / 1e12:.1f} TB/s, {e.tile_flops} flops of "
+            f"{'wgmma m%dn%dk%d' % tuple(instruction(e.bm, e.bn, True)) if e.wgmma else 'mma 16x8x16'} at "
+            f"{(e.rates.wgmma_flops if e.wgmma else e.rates.mma_flops) / 1e12:.0f} TFLOP/s, fixed work of {area} positions at "
             f"{e.rates.tile_floor * 1e12:.1f} ps)\n"
             f"  dot product:      {e.t_dot * 1e9:.3f} ns per entry ({e.k * e.elem} bytes of B from L2 at "
             f"{e.rates.dot_bytes / 1e12:.1f} TB/s, {2 * e.k} f32 flops at {e.rates.fma_flops / 1e12:.0f} TFLOP/s)\n"

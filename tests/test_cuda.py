@@ -170,7 +170,10 @@ def test_nvcc_accepts_the_sddmm_kernels(compiled, generated, path, defines):
         ([config["sddmm"]["tc_kernel"]] if config["sddmm"]["tc_kernel"] else [])
     for name in names:  # every kernel the runtime launches is defined, extern "C"
         assert f'extern "C" __global__ void __launch_bounds__' in source and f" {name}(" in source, name
-    assert ("tk_mma_16816<__half>" in source) == bool(config["sddmm"]["tc_kernel"])
+    # the tile kernel's form: wgmma where passes/smem_sddmm.wgmma_fits (sddmm.tk), else mma.sync
+    wgmma, mma = "wgmma.mma_async" in source, "tk_mma_16816<__half>" in source
+    assert (wgmma or mma) == bool(config["sddmm"]["tc_kernel"]) and not (wgmma and mma)
+    assert wgmma == bool(config["sddmm"].get("tc_reads_bt")) == (os.path.basename(path) == "sddmm.tk" and not defines)
 
 
 # ---- every example and program --------------------------------------------------------------

@@ -81,11 +81,12 @@ class _FakeTensor:
         return n
 
 
-@pytest.mark.parametrize("n_tc, n_dot, fill_bt", [(3, 5, True), (3, 0, False), (0, 5, False)])
+@pytest.mark.parametrize("n_tc, n_dot, fill_bt", [(3, 5, True), (3, 0, False), (0, 5, False), (3, 0, True)])
 def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, n_tc, n_dot, fill_bt):
-    """The sampled gemm's launches from one call: the tensor-core tiles (when there are any), B's
-    transpose (dot products with `fill_bt`), the dot products; every kernel takes the tensors'
-    pointers then n_tc and n_dot, the transpose B and Bt only, and the grids follow the plan."""
+    """The sampled gemm's launches from one call: B's transpose first (with `fill_bt`: the
+    runtime asks for it when the dot products or sddmm.tk's wgmma tiles read Bt), the tensor-core
+    tiles (when there are any), the dot products; every kernel takes the tensors' pointers then
+    n_tc and n_dot, the transpose B and Bt only, and the grids follow the plan."""
     path = os.path.join(ROOT, "examples", "sddmm.tk")
     source = cuda.emit(driver.optimize(driver.frontend(path, {}), "cuda"))
     launch = cuda_runtime.CudaLaunch(path, source)
@@ -110,17 +111,18 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     monkeypatch.setattr(cuda_runtime, "_modules", lambda: (fake_cupy, numpy, fake_torch))
     monkeypatch.setattr(launch, "function", lambda index, name=None: type("F", (), {"kernel": Function(name)}))
     K, N = 256, 1000
-    # A, B, rows, cols, P, Bt, then the plan: tc_ptr, tc_m, tc_n, tc_order, dot_order
-    shapes = [(64, K), (K, N), (9,), (9,), (9,), (N, K), (n_tc + 1,), (n_tc,), (n_tc,), (9,), (n_dot,)]
+    # A, B, rows, cols, P, Bt, then the plan: tc_ptr, tc_m, tc_n, tc_order, dot_order, tc_rc
+    shapes = [(64, K), (K, N), (9,), (9,), (9,), (N, K), (n_tc + 1,), (n_tc,), (n_tc,), (9,), (n_dot,), (9,)]
     tensors = [_FakeTensor(4096 * (i + 1), s) for i, s in enumerate(shapes)]
     launch(*tensors, fill_bt=fill_bt)
     ptrs = [t.ptr for t in tensors]
     want = []
-    if n_tc:
-        want.append((launch.tc_kernel, (n_tc, 1, 1), launch.block, ptrs + [n_tc, n_dot], launch.smem))
-    if n_dot and fill_bt:
+    assert launch.tc_reads_bt  # sddmm.tk's tiles are wgmma tiles over Bt
+    if fill_bt:
         name, tile, threads = launch.transpose
         want.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), [ptrs[1], ptrs[5]], 0))
+    if n_tc:
+        want.append((launch.tc_kernel, (n_tc, 1, 1), launch.block, ptrs + [n_tc, n_dot], launch.smem))
     if n_dot:
         want.append((launch.dot_kernel, (-(-n_dot // launch.dot_per_block), 1, 1), launch.block, ptrs + [n_tc, n_dot], 0))
     assert launched == want

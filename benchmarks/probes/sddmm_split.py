@@ -18,7 +18,8 @@ import tkc
 from tkc import sparse as sp
 
 SHAPES = [(10000, 10000, 5_000_000, "uniform"), (10000, 10000, 5_000_000, "rmat"), (10000, 10000, 1_000_000, "uniform"),
-          (36692, 36692, 368_000, "uniform"), (916428, 916428, 5_100_000, "uniform")]
+          (36692, 36692, 368_000, "uniform"), (916428, 916428, 5_100_000, "uniform"),
+          (8000, 8000, 1_920_000, "uniform"), (2000, 12000, 746_000, "uniform")]  # (3% dense: near the split)
 K = 256
 
 
