@@ -814,8 +814,8 @@ MUTANTS: list[Mutant] = [
       "sparse-dispatch prices a wgmma tile at mma.sync's rate: 3% dense tiles go to dot products", "cpu",
       tests=("tests/test_sddmm.py",)),
     M("sparse-dispatch-no-tile-floor", "passes/sparse_dispatch.py",
-      "t_tile = max(tile_bytes / rates.l2_bytes, tile_flops / rates.mma_flops, bm * bn * rates.tile_floor)",
-      "t_tile = max(tile_bytes / rates.l2_bytes, tile_flops / rates.mma_flops)",
+      "t_tile = max(tile_bytes / rates.l2_bytes, tile_flops / rate, bm * bn * rates.tile_floor)",
+      "t_tile = max(tile_bytes / rates.l2_bytes, tile_flops / rate)",
       "sparse-dispatch ignores a tile's fixed work: 5% dense tiles at K = 32 go to tensor cores", "cpu",
       tests=("tests/test_sddmm.py",)),
     # ---- fold-copies, reshape views, peer tiles kept alive (issue 13) ---------------------------
