@@ -154,7 +154,8 @@ def emit(module: Module) -> str:
         role = "output" if i in func.attrs.get("outputs", []) else "input"
         shape = ", ".join(str(d if isinstance(d, int) else exprs.evaluate(d, env)) for d in v.type.shape)
         w(f"// {role} {v.name}: {v.type.dtype}[{shape}]")
-    w(f"// launch data (tkc.sparse.DispatchPlan): Bt {dt}[N, K] (read only when n_dot > 0), tc_ptr i32[n_tc + 1], "
+    w(f"// launch data (tkc.sparse.DispatchPlan): Bt {dt}[N, K] (read by the dot products"
+      f"{' and the wgmma tiles' if tc and tiles.wgmma else ''}), tc_ptr i32[n_tc + 1], "
       "tc_m i32[n_tc], tc_n i32[n_tc], tc_order i32[..], dot_order i32[n_dot], tc_rc i32[..], then n_tc and n_dot "
       "by value")
     w(f"// tkc-launch: {json.dumps(config)}")
@@ -379,7 +380,6 @@ def _wgmma_helpers(w, dt: str, bnp: int) -> None:
     """tk_wgmma_desc (a shared-memory matrix descriptor: K-major rows of 128 bytes in the 128-byte
     swizzle, 8-row atoms 1024 bytes apart) and tk_wgmma (wgmma m64n{BNP}k16, f32 accumulators in
     acc[0][j][q]: the m16n8 C fragment of each 8-column atom j, the layout mma.sync's acc has)."""
-    ab = {"f16": "f16", "bf16": "bf16"}[dt]
     regs = bnp // 2
     w("// shared-memory matrix descriptor: start >> 4 (bits 0-13), leading byte offset 16 >> 4 (unused by the")
     w("// swizzled K-major layout), stride byte offset 1024 >> 4 (bits 32-45), 128-byte swizzle (bits 62-63 = 1)")
@@ -391,7 +391,7 @@ def _wgmma_helpers(w, dt: str, bnp: int) -> None:
     w(f"__device__ __forceinline__ void tk_wgmma(float (&acc)[1][{bnp // 8}][4], unsigned long long da, unsigned long long db) {{")
     outs = ", ".join(f"%{i}" for i in range(regs))
     w(f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"')
-    w(f'                 "wgmma.mma_async.sync.aligned.m64n{bnp}k16.f32.{ab}.{ab} {{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"')
+    w(f'                 "wgmma.mma_async.sync.aligned.m64n{bnp}k16.f32.{dt}.{dt} {{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"')
     cons = ", ".join(f'"+f"(acc[0][{i // 4}][{i % 4}])' for i in range(regs))
     w(f"        : {cons}")
     w('        : "l"(da), "l"(db), "r"(1));')

@@ -111,12 +111,7 @@ class CudaTiles:
     smem: int  # dynamic bytes of the tile kernel (0 without it)
     transpose: int  # static bytes of the transposition kernel
     wgmma: bool = False  # the wgmma form (see the module docstring)
-    stages: int = CUDA_STAGES
-
-    @property
-    def kt(self) -> int:
-        """K chunks of BK."""
-        return -(-self.kp // self.bk)
+    stages: int = CUDA_STAGES  # K stages
 
     @property
     def vec(self) -> int:
@@ -143,7 +138,7 @@ class CudaTiles:
         stages = self.stages * self.stage_elems * DTYPES[self.dtype][0]
         reuse = (", in the stages' bytes after the K loop" if products <= stages else
                  f", the stages' {stages} bytes reused after the K loop")
-        return [Staged(f"`{a}`'s rows in K chunks", self.bmp, self.apitch, ROW_PAD, self.dtype, CUDA_STAGES),
+        return [Staged(f"`{a}`'s rows in K chunks", self.bmp, self.apitch, ROW_PAD, self.dtype, self.stages),
                 Staged(f"`{b}`'s columns in K chunks", self.bk, self.bpitch, ROW_PAD, self.dtype, CUDA_STAGES),
                 Staged("the f32 products", self.bmp, self.cpitch, PRODUCT_PAD, "f32", 1, reuse)]
 

@@ -53,6 +53,10 @@ class Rates:
     tile_floor: float  # seconds per position of a tile (BM x BN) however small K: its fixed work
     source: str
 
+    def tile_flops(self, wgmma: bool) -> float:
+        """The tile kernel's tensor-core rate in its wgmma or mma.sync form."""
+        return self.wgmma_flops if wgmma else self.mma_flops
+
 
 # H100, measured with benchmarks/probes/sddmm_split.py (2026-11-25, 10000^2 with 5M uniform entries,
 # K = 256, each path forced): a tensor-core tile of codegen/cuda_sddmm.py moves its operands at about
@@ -103,8 +107,7 @@ def estimate(bm: int, bn: int, k: int, elem: int, rates: Rates, wgmma: bool = Fa
     pk = -(-k // 64) * 64 if wgmma else -(-k // mk) * mk
     tile_bytes = (bm + bn) * k * elem
     tile_flops = 2 * pm * pn * pk
-    rate = rates.wgmma_flops if wgmma else rates.mma_flops
-    t_tile = max(tile_bytes / rates.l2_bytes, tile_flops / rate, bm * bn * rates.tile_floor)
+    t_tile = max(tile_bytes / rates.l2_bytes, tile_flops / rates.tile_flops(wgmma), bm * bn * rates.tile_floor)
     t_dot = k * elem / rates.dot_bytes + 2 * k / rates.fma_flops  # A's row comes from L1 (entries by row)
     return Estimate(bm, bn, k, elem, t_tile, t_dot, tile_bytes, tile_flops, max(1, math.ceil(t_tile / t_dot)), rates,
                     wgmma)
@@ -177,7 +180,7 @@ def explain(module: Module, target: str = "sm_90") -> list[str]:
             f"  tensor-core tile: {e.t_tile * 1e9:.2f} ns per tile = max({e.tile_bytes} bytes of A and B from L2 "
             f"at {e.rates.l2_bytes / 1e12:.1f} TB/s, {e.tile_flops} flops of "
             f"{'wgmma m%dn%dk%d' % tuple(instruction(e.bm, e.bn, True)) if e.wgmma else 'mma 16x8x16'} at "
-            f"{(e.rates.wgmma_flops if e.wgmma else e.rates.mma_flops) / 1e12:.0f} TFLOP/s, fixed work of {area} positions at "
+            f"{e.rates.tile_flops(e.wgmma) / 1e12:.0f} TFLOP/s, fixed work of {area} positions at "
             f"{e.rates.tile_floor * 1e12:.1f} ps)\n"
             f"  dot product:      {e.t_dot * 1e9:.3f} ns per entry ({e.k * e.elem} bytes of B from L2 at "
             f"{e.rates.dot_bytes / 1e12:.1f} TB/s, {2 * e.k} f32 flops at {e.rates.fma_flops / 1e12:.0f} TFLOP/s)\n"

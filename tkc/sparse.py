@@ -308,18 +308,11 @@ def dispatch_plan(p: SparsePattern, BM: int, BN: int, dot_below: int) -> Dispatc
         dot = tl.order[~slot_tc].long()
         if dot.numel():  # (row, column) order: consecutive entries share A's row (and B's columns nearby)
             dot = dot[torch.sort(p.rows[dot].long() * max(p.N, 1) + p.cols[dot].long()).indices]
-        tc_m, tc_n = tl.tile_m[tc].contiguous(), tl.tile_n[tc].contiguous()
-        if tc_order.numel() and (BM > 32768 or BN > 65536):
-            tc_rc = torch.full_like(tc_order, -1)
-        elif tc_order.numel():  # each entry's (row, column) in its tile, packed
-            tile_of = torch.repeat_interleave(torch.arange(tc_counts.numel(), device=dev), tc_counts.long())
-            e = tc_order.long()
-            tc_rc = (((p.rows[e].long() - tc_m[tile_of].long() * BM) << 16)
-                     | (p.cols[e].long() - tc_n[tile_of].long() * BN)).int()
-        else:
-            tc_rc = torch.zeros(0, dtype=torch.int32, device=dev)
-        p._memo[key] = DispatchPlan(tc_ptr, tc_m, tc_n, tc_order.contiguous(), dot.int().contiguous(),
-                                    tc_rc.contiguous())
+        e = tc_order.long()  # each tile entry's (row, column) in its tile, packed
+        tc_rc = (torch.full_like(tc_order, -1) if BM > 32768 or BN > 65536 else
+                 (((p.rows[e] % BM).long() << 16) | (p.cols[e] % BN).long()).int())
+        p._memo[key] = DispatchPlan(tc_ptr, tl.tile_m[tc].contiguous(), tl.tile_n[tc].contiguous(),
+                                    tc_order.contiguous(), dot.int().contiguous(), tc_rc.contiguous())
     return p._memo[key]
 
 

@@ -134,4 +134,3 @@ def test_api_with_torch_sparse_and_transposed_b(cache_dir):
     P = kernel(A, Bt, S)
     ref = torch.sparse.sampled_addmm(S.to(torch.float64), A.double(), Bt.double(), beta=0.0).values()
     assert oracle.rel_error(P, ref) < 1e-5
-
