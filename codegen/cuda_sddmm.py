@@ -224,45 +224,10 @@ def _tensor_core_tile(w, T: str, index: str, asyncs: bool, vec: int, tiles, dens
     w("        const int m0 = tc_m[blk] * BM, n0 = tc_n[blk] * BN;")
     w("        const int warp = tid / 32, lane = tid % 32;")
     w("        const int wm = warp / WGN, wn = warp % WGN;")
-    w("        auto load = [&](const int kt) {  // K chunk kt into stage kt % STAGES, zero-filled past M, N and K")
-    w("            " + T + "* const sa = st + (kt % STAGES) * STAGE;")
-    w("            " + T + "* const sb = sa + " + ("BMP * 64;" if wg else "BMP * APITCH;"))
-    w("            const int k0 = kt * BK;")
     if wg:
-        # 16-byte vector v of row r lands at (v ^ (r % 8)) of the row's 8: the 128-byte swizzle
-        w(f"            for (int i = tid; i < (BMP + BNP) * 8; i += THREADS) {{  // A's rows, then Bt's: 8 vectors each")
-        w("                const int row = i / 8, v = i % 8, k = k0 + v * 8;")
-        w("                const bool is_a = row < BMP;")
-        w("                const int r = is_a ? row : row - BMP;")
-        w("                const bool ok = k < K && (is_a ? m0 + r < M : n0 + r < N);")
-        w(f"                const {T}* const src = !ok ? A : is_a ? A + (size_t)(m0 + r) * K + k : Bt + (size_t)(n0 + r) * K + k;")
-        w("                tk_cp_async<16>((is_a ? sa : sb) + r * 64 + ((v ^ (r % 8)) * 8), src, ok);")
-        w("            }")
-        w("            tk_cp_async_commit();")
-    elif asyncs:
-        w(f"            for (int i = tid; i < BMP * (BK / {vec}); i += THREADS) {{  // A: 16-byte vectors along K")
-        w(f"                const int row = i / (BK / {vec}), k = k0 + (i % (BK / {vec})) * {vec};")
-        w("                const bool ok = k < K && m0 + row < M;")
-        w(f"                tk_cp_async<16>(sa + row * APITCH + (i % (BK / {vec})) * {vec}, "
-          "ok ? A + (size_t)(m0 + row) * K + k : A, ok);")
-        w("            }")
-        w(f"            for (int i = tid; i < BK * (BNP / {vec}); i += THREADS) {{  // B: 16-byte vectors along N")
-        w(f"                const int kr = i / (BNP / {vec}), n = n0 + (i % (BNP / {vec})) * {vec};")
-        w("                const bool ok = k0 + kr < K && n < N;")
-        w(f"                tk_cp_async<16>(sb + kr * BPITCH + (i % (BNP / {vec})) * {vec}, "
-          "ok ? B + (size_t)(k0 + kr) * N + n : B, ok);")
-        w("            }")
-        w("            tk_cp_async_commit();")
+        _wgmma_load(w, T, tiles)
     else:
-        w("            for (int i = tid; i < BMP * BK; i += THREADS) {")
-        w("                const int row = i / BK, k = k0 + i % BK;")
-        w(f"                sa[row * APITCH + i % BK] = k < K && m0 + row < M ? A[(size_t)(m0 + row) * K + k] : {T}(0.0f);")
-        w("            }")
-        w("            for (int i = tid; i < BK * BNP; i += THREADS) {")
-        w("                const int kr = i / BNP, n = n0 + i % BNP;")
-        w(f"                sb[kr * BPITCH + i % BNP] = k0 + kr < K && n < N ? B[(size_t)(k0 + kr) * N + n] : {T}(0.0f);")
-        w("            }")
-    w("        };")
+        _mma_load(w, T, asyncs, vec)
     w("        #pragma unroll 1")
     if wg:  # one cp.async group per chunk slot, empty past K's chunks: the loop's waits count groups
         w("        for (int kt = 0; kt < STAGES - 1; ++kt) if (kt < KT) load(kt); else tk_cp_async_commit();")
@@ -337,6 +302,78 @@ def _tensor_core_tile(w, T: str, index: str, asyncs: bool, vec: int, tiles, dens
     w("    }")
 
 
+def _mma_load(w, T: str, asyncs: bool, vec: int) -> None:
+    """The mma.sync form's `load(kt)`: K chunk kt into stage kt % STAGES (A's rows [BMP][BK] and
+    B's rows [BK][BNP], padded pitches), 16-byte cp.async where rows allow, else element copies."""
+    w("        auto load = [&](const int kt) {  // K chunk kt into stage kt % STAGES, zero-filled past M, N and K")
+    w("            " + T + "* const sa = st + (kt % STAGES) * STAGE;")
+    w("            " + T + "* const sb = sa + BMP * APITCH;")
+    w("            const int k0 = kt * BK;")
+    if asyncs:
+        w(f"            for (int i = tid; i < BMP * (BK / {vec}); i += THREADS) {{  // A: 16-byte vectors along K")
+        w(f"                const int row = i / (BK / {vec}), k = k0 + (i % (BK / {vec})) * {vec};")
+        w("                const bool ok = k < K && m0 + row < M;")
+        w(f"                tk_cp_async<16>(sa + row * APITCH + (i % (BK / {vec})) * {vec}, "
+          "ok ? A + (size_t)(m0 + row) * K + k : A, ok);")
+        w("            }")
+        w(f"            for (int i = tid; i < BK * (BNP / {vec}); i += THREADS) {{  // B: 16-byte vectors along N")
+        w(f"                const int kr = i / (BNP / {vec}), n = n0 + (i % (BNP / {vec})) * {vec};")
+        w("                const bool ok = k0 + kr < K && n < N;")
+        w(f"                tk_cp_async<16>(sb + kr * BPITCH + (i % (BNP / {vec})) * {vec}, "
+          "ok ? B + (size_t)(k0 + kr) * N + n : B, ok);")
+        w("            }")
+        w("            tk_cp_async_commit();")
+    else:
+        w("            for (int i = tid; i < BMP * BK; i += THREADS) {")
+        w("                const int row = i / BK, k = k0 + i % BK;")
+        w(f"                sa[row * APITCH + i % BK] = k < K && m0 + row < M ? A[(size_t)(m0 + row) * K + k] : {T}(0.0f);")
+        w("            }")
+        w("            for (int i = tid; i < BK * BNP; i += THREADS) {")
+        w("                const int kr = i / BNP, n = n0 + i % BNP;")
+        w(f"                sb[kr * BPITCH + i % BNP] = k0 + kr < K && n < N ? B[(size_t)(k0 + kr) * N + n] : {T}(0.0f);")
+        w("            }")
+    w("        };")
+
+
+def _wgmma_load(w, T: str, tiles) -> None:
+    """The wgmma form's `load(kt)`: K chunk kt into stage kt % STAGES. Thread t copies the 16-byte
+    vector v = t % 8 of the rows t / 8 + RPT * j (RPT = THREADS / 8 rows per trip; BMP / RPT = 4
+    trips over A's rows, then Bt's), so its global row pointers, its place in the 128-byte swizzle
+    (v ^ row % 8: RPT is a multiple of 8) and its bounds are computed once per tile and a chunk's
+    copy is a pointer offset per vector (ncu on the H100, 2026-11-27: the per-vector index
+    arithmetic had the ALU and FMA pipes at 42% and 35% and the tile kernel issue-bound). Bounds
+    checks are emitted only where the dims need them; rows past M or N and columns past K are
+    zero-filled, Bt's rows past BNP (a last partial trip) are not copied."""
+    bmp, bnp = tiles.bmp, tiles.bnp
+    rpt = bmp // 4  # THREADS / 8: wgmma_fits has one warpgroup of 128 threads per 64 rows
+    esize = 2
+    # compile-time facts of the dims (M, N, K are the kernel's constants)
+    w(f"        // thread tid copies 16-byte vector lv of rows lrow + {rpt} * j (A's for j < 4, then Bt's) of each chunk")
+    w(f"        constexpr int RPT = {rpt};")
+    w("        const int lrow = tid / 8, lv = tid % 8;")
+    w(f"        const {T}* const ga = A + (size_t)(m0 + lrow) * K + lv * 8;")
+    w(f"        const {T}* const gb = Bt + (size_t)(n0 + lrow) * K + lv * 8;")
+    w("        const unsigned sdst = static_cast<unsigned>(__cvta_generic_to_shared(st)) + lrow * 128 + ((lv ^ (lrow % 8)) * 16);")
+    w("        auto load = [&](const int kt) {  // K chunk kt into stage kt % STAGES, zero-filled past M, N and K")
+    w(f"            const unsigned sa = sdst + (kt % STAGES) * (STAGE * {esize});")
+    w("            const int k0 = kt * BK;")
+    w("            const bool kok = K % BK == 0 || k0 + lv * 8 < K;  // (every column is in when BK divides K)")
+    w("            #pragma unroll")
+    w("            for (int j = 0; j < 4; ++j) {")
+    w("                const bool ok = kok && (M % BM == 0 || m0 + lrow + RPT * j < M);")
+    w("                tk_cp_async16(sa + RPT * j * 128, ok ? ga + (size_t)RPT * j * K + k0 : A, ok);")
+    w("            }")
+    w("            #pragma unroll")
+    w(f"            for (int j = 0; j < {-(-bnp // rpt)}; ++j) {{")
+    w("                if (BNP % RPT == 0 || lrow + RPT * j < BNP) {")
+    w("                    const bool ok = kok && ((N % BN == 0 && BNP == BN) || n0 + lrow + RPT * j < N);")
+    w("                    tk_cp_async16(sa + (BMP + RPT * j) * 128, ok ? gb + (size_t)RPT * j * K + k0 : Bt, ok);")
+    w("                }")
+    w("            }")
+    w("            tk_cp_async_commit();")
+    w("        };")
+
+
 def _mma_loop(w, T: str, asyncs: bool) -> None:
     """The mma.sync form's K loop body (after its `for`): the chunk STAGES - 1 ahead loads, this
     chunk's fragments by ldmatrix, mma.sync m16n8k16 per warp atom."""
@@ -381,6 +418,10 @@ def _wgmma_helpers(w, dt: str, bnp: int) -> None:
     swizzle, 8-row atoms 1024 bytes apart) and tk_wgmma (wgmma m64n{BNP}k16, f32 accumulators in
     acc[0][j][q]: the m16n8 C fragment of each 8-column atom j, the layout mma.sync's acc has)."""
     regs = bnp // 2
+    w("// 16 bytes global -> shared (a shared-window address), zero-filled when !ok (nothing read)")
+    w("__device__ __forceinline__ void tk_cp_async16(const unsigned dst, const void* src, const bool ok) {")
+    w('    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\\n" :: "r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");')
+    w("}")
     w("// shared-memory matrix descriptor: start >> 4 (bits 0-13), leading byte offset 16 >> 4 (unused by the")
     w("// swizzled K-major layout), stride byte offset 1024 >> 4 (bits 32-45), 128-byte swizzle (bits 62-63 = 1)")
     w("__device__ __forceinline__ unsigned long long tk_wgmma_desc(const void* smem) {")

@@ -1,0 +1,127 @@
+"""Probe: where the time of the `cuda` SDDMM tile kernel goes (examples/sddmm.tk, wgmma form).
+
+Every tile of the pattern goes to the tensor-core kernel (dot_below = 0), and the kernel's
+generated CUDA is edited by text into variants, each launched alone on the same launch data and
+timed with triton.testing.do_bench (median, us):
+- `base`: the generated kernel (checked against a float64 reference at the entries);
+- diagnostic variants (wrong results, timing only): `no-entries` (the products reach shared memory,
+  no entry is written), `no-products` (neither), `no-wgmma` (no tensor-core instruction),
+  `no-loads` (no cp.async after the first chunks);
+- candidate variants (checked like `base`): `stages2` (two cp.async stages: 68 KB of shared
+  memory), `stages4`, `products-f2` (the products stored as float2), and the tiling `64x128` (128
+  threads: 3 blocks per SM).
+
+    source .device/env.sh && python3 benchmarks/probes/sddmm_tile_variants.py [--launch-only] [VARIANT ...]
+
+`--launch-only`: each variant launched 3 times at the first shape, not timed (for a profiler:
+`ncu --kernel-name regex:'^sddmm$' --launch-skip 1 --launch-count 1 ... python3 <this> --launch-only base`).
+
+Shapes: 10000^2 with 5M uniform entries and 8000^2 with 1.92M (K = 256), 10000^2 5M at K = 512.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+import torch
+from triton.testing import do_bench
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import tkc  # noqa: E402
+from codegen import cuda_sddmm  # noqa: E402
+from passes import smem_sddmm  # noqa: E402
+from tkc import sparse as sp  # noqa: E402
+from tkc.cuda_runtime import CudaLaunch  # noqa: E402
+
+T = (128, 128, 256)  # the file's tiling
+SHAPES = [(10000, 10000, 256, 5_000_000), (8000, 8000, 256, 1_920_000), (10000, 10000, 512, 5_000_000)]
+
+# name -> (stages, [(find, replace)], checked, tiling (BM, BN, threads))
+VARIANTS = {
+    "base": (3, [], True, T),
+    "no-entries": (3, [("for (int s = beg; s < end; s +=", "for (int s = beg; s < 0; s +=")], False, T),
+    "no-products": (3, [("for (int s = beg; s < end; s +=", "for (int s = beg; s < 0; s +="),
+                        ("if (r < BMP && c < BNP) {", "if (r < 0) {")], False, T),
+    "no-wgmma": (3, [("tk_wgmma(acc, da + 2 * kk, db + 2 * kk);", "acc[0][kk][0] += (float)(da + db);")], False, T),
+    "no-loads": (3, [("if (kt + STAGES - 1 < KT) load(kt + STAGES - 1); else tk_cp_async_commit();",
+                      "tk_cp_async_commit();")], False, T),
+    "products-f2": (3, [("cs[r * CPITCH + c] = acc[i][j][0];",
+                         "*reinterpret_cast<float2*>(&cs[r * CPITCH + c]) = make_float2(acc[i][j][0], acc[i][j][1]);"),
+                        ("cs[r * CPITCH + c + 1] = acc[i][j][1];", ""),
+                        ("cs[(r + 8) * CPITCH + c] = acc[i][j][2];",
+                         "*reinterpret_cast<float2*>(&cs[(r + 8) * CPITCH + c]) = make_float2(acc[i][j][2], acc[i][j][3]);"),
+                        ("cs[(r + 8) * CPITCH + c + 1] = acc[i][j][3];", "")], True, T),
+    "stages2": (2, [], True, T),
+    "stages4": (4, [], True, T),
+    "64x128": (3, [], True, (64, 128, 128)),
+}
+
+
+def source(module, stages: int, edits) -> str:
+    saved = smem_sddmm.WGMMA_STAGES
+    smem_sddmm.WGMMA_STAGES = stages
+    try:
+        text = cuda_sddmm.emit(module)
+    finally:
+        smem_sddmm.WGMMA_STAGES = saved
+    for find, repl in edits:
+        if text.count(find) != 1:
+            raise SystemExit(f"edit `{find}` occurs {text.count(find)} times")
+        text = text.replace(find, repl)
+    return text
+
+
+def main() -> int:
+    launch_only = "--launch-only" in sys.argv
+    names = [a for a in sys.argv[1:] if a != "--launch-only"] or list(VARIANTS)
+    tmp = tempfile.mkdtemp()
+    print(f"GPU: {torch.cuda.get_device_name()}")
+    print("| M x N, K, nnz | variant | us | vs base | n_tc | max rel err |")
+    print("|---|---|---|---|---|---|")
+    for M, N, K, nnz in SHAPES[:1] if launch_only else SHAPES:
+        p = sp.uniform(M, N, nnz, seed=1).to("cuda")
+        A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        rows, cols = p.rows.long(), p.cols.long()
+        ref = torch.cat([(A[rows[i:i + (1 << 20)]].double() * B[:, cols[i:i + (1 << 20)]].t().double()).sum(1)
+                         for i in range(0, nnz, 1 << 20)])
+        bt = B.t().contiguous()
+        base = None
+        for name in names:
+            stages, edits, checked, (bm, bn, threads) = VARIANTS[name]
+            kernel = tkc.compile(os.path.join(ROOT, "examples/sddmm.tk"), target="cuda", BM=bm, BN=bn, threads=threads)
+            artifact, _ = kernel.specialize(kernel.bind_dims([A, B, p]))
+            plan = sp.dispatch_plan(p, bm, bn, 0)
+            text = source(artifact.module, stages, edits)
+            path = os.path.join(tmp, f"{name}-{M}-{K}.cu")
+            with open(path, "w") as f:
+                f.write(text)
+            launch = CudaLaunch(path, text)
+            P = torch.full((nnz,), float("nan"), device="cuda")
+            args = [A, B, p.rows, p.cols, P, bt, *plan.tensors()]
+            launch(*args)
+            torch.cuda.synchronize()
+            if launch_only:
+                launch(*args)
+                launch(*args)
+                torch.cuda.synchronize()
+                continue
+            err = ((P.double() - ref).abs().max() / ref.abs().max()).item() if checked else float("nan")
+            if checked and not err < 1e-5:
+                print(f"| {M}x{N}, {K}, {nnz} | {name} | WRONG | | | {err:.1e} |", flush=True)
+                continue
+            us = do_bench(lambda: launch(*args), warmup=50, rep=300) * 1e3
+            base = us if name == "base" else base
+            rel = f"{us / base:.3f}" if base else ""
+            print(f"| {M}x{N}, {K}, {nnz} | {name} | {us:.1f} | {rel} | {plan.n_tc} | {err:.1e} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
