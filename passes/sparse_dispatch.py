@@ -45,17 +45,27 @@ MMA_DTYPES = ("f16", "bf16")  # operand dtypes with a tensor-core path
 class Rates:
     """Whole-GPU throughputs the estimates use (per second)."""
 
-    l2_bytes: float  # L2 -> shared memory bandwidth of a tile's operands, bytes/s
+    l2_bytes: float  # L2 -> shared memory bandwidth of a tile's operands (mma.sync form), bytes/s
     mma_flops: float  # the tile kernel's f16 mma.sync rate with f32 accumulation, flop/s
     wgmma_flops: float  # the same in its wgmma form (passes/smem_sddmm.py `wgmma_fits`), flop/s
+    wgmma_l2_bytes: float  # the operands' L2 -> shared memory bandwidth of the wgmma form, bytes/s
     fma_flops: float  # f32 CUDA-core fma, flop/s
     dot_bytes: float  # L2 -> register bandwidth of the dot products' rows of B, bytes/s
     tile_floor: float  # seconds per position of a tile (BM x BN) however small K: its fixed work
+    wgmma_tile_floor: float  # the same in the wgmma form
     source: str
 
     def tile_flops(self, wgmma: bool) -> float:
         """The tile kernel's tensor-core rate in its wgmma or mma.sync form."""
         return self.wgmma_flops if wgmma else self.mma_flops
+
+    def floor(self, wgmma: bool) -> float:
+        """The tile kernel's fixed work per position in its wgmma or mma.sync form, seconds."""
+        return self.wgmma_tile_floor if wgmma else self.tile_floor
+
+    def tile_l2(self, wgmma: bool) -> float:
+        """The tile kernel's operand bandwidth from L2 in its wgmma or mma.sync form."""
+        return self.wgmma_l2_bytes if wgmma else self.l2_bytes
 
 
 # H100, measured with benchmarks/probes/sddmm_split.py (2026-11-25, 10000^2 with 5M uniform entries,
@@ -69,12 +79,17 @@ class Rates:
 # tile costs at least that. Without it the pass put 5% dense tiles at K = 32 on tensor cores,
 # 1.9x slower than dot products. The wgmma form of the tile (2026-11-27): 6084 tiles of 128 x 128
 # at K = 256 in about 215 us on an H100 (benchmarks/sddmm.py, 10000^2 with 5M uniform entries),
-# 35 ns a tile, 240 TFLOP/s; 33 ns on an H200 (sddmm_split.py, every tile forced). At 3% density
-# (8000^2 with 1.92M, 2000 x 12000 with 746k entries: 491 and 509 per tile) the H200 ran every
-# tile on tensor cores in 0.134 and 0.061 ms against 0.150 and 0.063 as dot products.
-RATES = {"sm_90": Rates(4.0e12, 180e12, 240e12, 67e12, 7.0e12, 1.3e-12,
-                        "H100, measured by benchmarks/probes/sddmm_split.py and sddmm_dot_order.py "
-                        "(docs/PERFORMANCE.md)")}
+# 35 ns a tile; 33 ns on an H200 (sddmm_split.py, every tile forced). With each thread's copy
+# addresses computed once per tile (2026-11-27, H100, the same shape, every tile forced):
+# benchmarks/probes/sddmm_tile_variants.py 133.6 us at K = 256 (21.4 ns a tile: 392 TFLOP/s) and
+# 217.6 us at K = 512 (34.9 ns: 262 KB of operands, 7.5 TB/s); sddmm_split.py `K=32` 0.084 ms at
+# K = 32 (13.5 ns a tile, 0.82 ps per position: the wgmma form's fixed work), as fast as dot
+# products there, and at 8000^2 tiles against dot products 0.085 / 0.082 ms with 246 entries per
+# tile, 0.085 / 0.096 with 295, 0.086 / 0.130 with 410 (the model's threshold: 265).
+RATES = {"sm_90": Rates(l2_bytes=4.0e12, mma_flops=180e12, wgmma_flops=392e12, wgmma_l2_bytes=7.5e12,
+                        fma_flops=67e12, dot_bytes=7.0e12, tile_floor=1.3e-12, wgmma_tile_floor=0.82e-12,
+                        source="H100, measured by benchmarks/probes/sddmm_split.py, sddmm_dot_order.py and "
+                        "sddmm_tile_variants.py (docs/PERFORMANCE.md)")}
 RATES["sm_90a"] = RATES["sm_90"]
 
 
@@ -107,7 +122,7 @@ def estimate(bm: int, bn: int, k: int, elem: int, rates: Rates, wgmma: bool = Fa
     pk = -(-k // 64) * 64 if wgmma else -(-k // mk) * mk
     tile_bytes = (bm + bn) * k * elem
     tile_flops = 2 * pm * pn * pk
-    t_tile = max(tile_bytes / rates.l2_bytes, tile_flops / rates.tile_flops(wgmma), bm * bn * rates.tile_floor)
+    t_tile = max(tile_bytes / rates.tile_l2(wgmma), tile_flops / rates.tile_flops(wgmma), bm * bn * rates.floor(wgmma))
     t_dot = k * elem / rates.dot_bytes + 2 * k / rates.fma_flops  # A's row comes from L1 (entries by row)
     return Estimate(bm, bn, k, elem, t_tile, t_dot, tile_bytes, tile_flops, max(1, math.ceil(t_tile / t_dot)), rates,
                     wgmma)
@@ -178,10 +193,10 @@ def explain(module: Module, target: str = "sm_90") -> list[str]:
             f"{op.loc.file}:{op.loc.line}:{op.loc.col}: sparse-dispatch for `{op.attrs['pattern']}` "
             f"({e.bm} x {e.bn} tiles, K = {e.k}):\n"
             f"  tensor-core tile: {e.t_tile * 1e9:.2f} ns per tile = max({e.tile_bytes} bytes of A and B from L2 "
-            f"at {e.rates.l2_bytes / 1e12:.1f} TB/s, {e.tile_flops} flops of "
+            f"at {e.rates.tile_l2(e.wgmma) / 1e12:.1f} TB/s, {e.tile_flops} flops of "
             f"{'wgmma m%dn%dk%d' % tuple(instruction(e.bm, e.bn, True)) if e.wgmma else 'mma 16x8x16'} at "
             f"{e.rates.tile_flops(e.wgmma) / 1e12:.0f} TFLOP/s, fixed work of {area} positions at "
-            f"{e.rates.tile_floor * 1e12:.1f} ps)\n"
+            f"{e.rates.floor(e.wgmma) * 1e12:.2f} ps)\n"
             f"  dot product:      {e.t_dot * 1e9:.3f} ns per entry ({e.k * e.elem} bytes of B from L2 at "
             f"{e.rates.dot_bytes / 1e12:.1f} TB/s, {2 * e.k} f32 flops at {e.rates.fma_flops / 1e12:.0f} TFLOP/s)\n"
             f"  choice: a tile with fewer than {used} entries ({100 * used / area:.1f}% of its {area} positions) is "

@@ -1,6 +1,7 @@
 """Probe: the SDDMM kernel of examples/sddmm.tk on the CUDA backend with the sparse-dispatch split
 forced to all tensor-core tiles, all dot products, and the cost model's choice, against
-torch.sparse.sampled_addmm (cuSPARSE, f32) at a few issue-12 shapes (uniform and R-MAT, K = 256).
+torch.sparse.sampled_addmm (cuSPARSE, f32) at a few issue-12 shapes (uniform and R-MAT, K = 256 or
+`K=NN`; `M:nnz:pattern` arguments pick shapes).
 Times: triton.testing.do_bench medians (ms), preprocessing cached per pattern. Prints a table.
 
     source .device/env.sh && python3 benchmarks/probes/sddmm_split.py
@@ -19,12 +20,15 @@ from tkc import sparse as sp
 
 SHAPES = [(10000, 10000, 5_000_000, "uniform"), (10000, 10000, 5_000_000, "rmat"), (10000, 10000, 1_000_000, "uniform"),
           (36692, 36692, 368_000, "uniform"), (916428, 916428, 5_100_000, "uniform"),
-          (8000, 8000, 1_920_000, "uniform"), (2000, 12000, 746_000, "uniform")]  # (3% dense: near the split)
-K = 256
+          (8000, 8000, 1_920_000, "uniform"), (2000, 12000, 746_000, "uniform"),  # (3% dense: near the split)
+          (8000, 8000, 1_600_000, "uniform"), (8000, 8000, 1_152_000, "uniform"), (8000, 8000, 960_000, "uniform")]
+K = 256  # `K=NN` on the command line sets it
 
 
 def main() -> int:
-    args = [a for a in sys.argv[1:] if not a.startswith("tiles=")]
+    global K
+    K = next((int(a[2:]) for a in sys.argv[1:] if a.startswith("K=")), K)
+    args = [a for a in sys.argv[1:] if not a.startswith(("tiles=", "K="))]
     tiles = next((a[6:] for a in sys.argv[1:] if a.startswith("tiles=")), "32x32x128")
     shapes = SHAPES if not args else [s for s in SHAPES if f"{s[0]}:{s[2]}:{s[3]}" in args]
     for tile in tiles.split(","):

@@ -8,8 +8,8 @@ timed with triton.testing.do_bench (median, us):
   no entry is written), `no-products` (neither), `no-wgmma` (no tensor-core instruction),
   `no-loads` (no cp.async after the first chunks);
 - candidate variants (checked like `base`): `stages2` (two cp.async stages: 68 KB of shared
-  memory), `stages4`, `products-f2` (the products stored as float2), and the tiling `64x128` (128
-  threads: 3 blocks per SM).
+  memory), `stages4`, `products-f2` (the products stored as float2), and the tilings `64x128` (128
+  threads: 3 blocks per SM), `128x256` (256 threads) and `256x128` (512 threads).
 
     source .device/env.sh && python3 benchmarks/probes/sddmm_tile_variants.py [--launch-only] [VARIANT ...]
 
@@ -60,6 +60,8 @@ VARIANTS = {
     "stages2": (2, [], True, T),
     "stages4": (4, [], True, T),
     "64x128": (3, [], True, (64, 128, 128)),
+    "128x256": (3, [], True, (128, 256, 256)),
+    "256x128": (3, [], True, (256, 128, 512)),
 }
 
 
