@@ -27,6 +27,8 @@ call; A and B rotate among sets holding >= 200 MiB together):
   per tile over every tile of the matrix; benchmarks/seed_sddmm.py), on zero-padded inputs made
   outside the timed region.
 - every `examples/sddmm*.tk` through `tkc.compile(path, target="cuda")` (`--target`).
+The patterns are made in worker processes while the kernels build, and all of them are ready
+before the first timing (the host's time is part of a call's, and small shapes are host-bound).
 The pattern is one reused tkc.sparse.SparsePattern object, so the main time is the steady state
 with the pattern's preprocessing (tile lists, the seed's per-tile index, cuSPARSE's CSR tensor, the
 dense gather's linear index) cached on it. For tkc and the seed, the cost of a first call with a
@@ -499,6 +501,15 @@ class Ahead:
         for key in dict.fromkeys(keys):  # in the order they are used
             self.made[key] = self.pool.submit(make_pattern, *key, args.seed, threads)
 
+    def wait(self) -> float:
+        """Wait for every pattern (seconds waited): the timings of small shapes are host-bound, and
+        R-MAT patterns made in other processes during them slowed their calls up to 2.6x (H100,
+        2026-11-27: 1504^2 at 53.2 us against 20-23 us in runs where the patterns were ready)."""
+        t0 = time.perf_counter()
+        if self.pool is not None:
+            cf.wait([f for f in self.made.values() if isinstance(f, cf.Future)])
+        return time.perf_counter() - t0
+
     def pattern(self, key: tuple) -> dict:
         """The pattern of key = (kind, M, N, nnz); dropped after its last use."""
         if key not in self.made:
@@ -655,6 +666,8 @@ def main(argv=None) -> int:
     if args.target in ("cuda", "tilelang"):
         meta["prewarm_s"] = miss.prewarm(builds, args.target, args.cache_dir, args.jobs)
         print(f"pre-built {len(builds)} tkc kernels in {meta['prewarm_s']:.1f} s", flush=True)
+    meta["pattern_wait_s"] = ahead.wait()
+    print(f"patterns ready after {meta['pattern_wait_s']:.1f} s more", flush=True)
     meta["copy"] = miss.copy_bandwidth(timer, device, args.copy_bytes)
     print(f"copy bandwidth: {meta['copy']['tbps']:.3f} TB/s", flush=True)
 
