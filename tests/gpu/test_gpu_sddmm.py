@@ -6,7 +6,10 @@ operands; against torch in float64 on the same inputs (tolerance from tkc/oracle
 the kernel's dtypes and K). Inputs and outputs are fenced by NaN (tests/fenced.py): a store
 outside P or an entry left unwritten fails.
 
-Run on the device machine: `python3 -m pytest -q -m gpu tests/gpu/test_gpu_sddmm.py`.
+Run on the device machine: `python3 -m pytest -q -m gpu -n 8 --dist loadgroup tests/gpu/test_gpu_sddmm.py
+tests/gpu/test_gpu_sddmm_wgmma.py` (the issue's GPU tests). Each (target, example) is an xdist
+group: its kernels build once, on one worker, while the other groups build on others (TileLang
+builds take 10-40 s each; with tests spread one by one, each worker built them again).
 """
 
 from __future__ import annotations
@@ -77,9 +80,14 @@ def _operands(M: int, N: int, K: int, dtype, seed: int):
     return A.cuda(), B.cuda()
 
 
-@pytest.mark.parametrize("split", list(SPLITS))
-@pytest.mark.parametrize("example", EXAMPLES)
-@pytest.mark.parametrize("target", TARGETS)
+def _grouped(names: str, rows) -> tuple:
+    """parametrize arguments whose cases share an xdist group per (target, example): the first
+    two values of each row."""
+    return names, [pytest.param(*row, marks=pytest.mark.xdist_group(f"sddmm-{row[0]}-{row[1]}")) for row in rows]
+
+
+@pytest.mark.parametrize(*_grouped("target, example, split", [(t, e, s) for t in TARGETS for e in EXAMPLES
+                                                               for s in SPLITS]))
 def test_examples_on_both_paths(target, example, split, cache_dir):
     kernel = tkc.compile(os.path.join(ROOT, "examples", f"{example}.tk"), target=target, cache_dir=cache_dir)
     kernel.dot_below = SPLITS[split]
@@ -91,8 +99,8 @@ def test_examples_on_both_paths(target, example, split, cache_dir):
         _check(kernel, A, B, _pattern(kind, M, N, nnz, seed, fmt))
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_odd_k_empty_rows_and_empty_pattern(target, cache_dir):
+@pytest.mark.parametrize(*_grouped("target, example", [(t, "odd-k") for t in TARGETS]))
+def test_odd_k_empty_rows_and_empty_pattern(target, example, cache_dir):
     kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target=target, cache_dir=cache_dir)
     A, B = _operands(90, 70, 13, torch.float16, 7)  # K = 13: no 16-byte vectors
     p = sp.uniform(90, 70, 400, seed=3)
@@ -109,8 +117,7 @@ def test_odd_k_empty_rows_and_empty_pattern(target, cache_dir):
     assert kernel(A, B, sp.uniform(90, 70, 0)).numel() == 0
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "f32"])
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(*_grouped("target, dtype", [(t, d) for t in TARGETS for d in ("bf16", "f32")]))
 def test_other_operand_dtypes(target, dtype, tmp_path, cache_dir):
     src = open(os.path.join(ROOT, "examples", "sddmm.tk")).read().replace("f16[", f"{dtype}[")
     path = tmp_path / f"sddmm_{dtype}.tk"
