@@ -341,9 +341,10 @@ def _wgmma_load(w, T: str, tiles) -> None:
     trips over A's rows, then Bt's), so its global row pointers, its place in the 128-byte swizzle
     (v ^ row % 8: RPT is a multiple of 8) and its bounds are computed once per tile and a chunk's
     copy is a pointer offset per vector (ncu on the H100, 2026-11-27: the per-vector index
-    arithmetic had the ALU and FMA pipes at 42% and 35% and the tile kernel issue-bound). Bounds
-    checks are emitted only where the dims need them; rows past M or N and columns past K are
-    zero-filled, Bt's rows past BNP (a last partial trip) are not copied."""
+    arithmetic had the ALU and FMA pipes at 42% and 35% and the tile kernel issue-bound). Each
+    bounds check is guarded by a constant condition (M, N, K, BM, BN, BNP are constexpr), so nvcc
+    drops the ones the dims make always true; rows past M or N and columns past K are zero-filled,
+    Bt's rows past BNP (a last partial trip) are not copied."""
     bmp, bnp = tiles.bmp, tiles.bnp
     rpt = bmp // 4  # THREADS / 8: wgmma_fits has one warpgroup of 128 threads per 64 rows
     esize = 2
