@@ -161,10 +161,10 @@ __device__ __forceinline__ void tk_store(T* dst, const T (&src)[N]) {
 }
 
 // Asynchronous global -> shared copy of BYTES (4, 8 or 16) bytes; when `valid` is false nothing
-// is read and the destination is zero-filled (src-size 0). 16-byte copies bypass L1 (.cg).
+// is read and the destination is zero-filled (src-size 0). 16-byte copies bypass L1 (.cg). `dst`
+// is a shared-window address (__cvta_generic_to_shared), which a caller can keep and offset.
 template <int BYTES>
-__device__ __forceinline__ void tk_cp_async(void* smem_dst, const void* gmem_src, bool valid) {
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+__device__ __forceinline__ void tk_cp_async(const unsigned dst, const void* gmem_src, bool valid) {
     const int src_bytes = valid ? BYTES : 0;
     if constexpr (BYTES == 16) {
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(gmem_src), "r"(src_bytes)
@@ -173,6 +173,11 @@ __device__ __forceinline__ void tk_cp_async(void* smem_dst, const void* gmem_src
         asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" :: "r"(dst), "l"(gmem_src), "n"(BYTES),
                      "r"(src_bytes) : "memory");
     }
+}
+
+template <int BYTES>
+__device__ __forceinline__ void tk_cp_async(void* smem_dst, const void* gmem_src, bool valid) {
+    tk_cp_async<BYTES>(static_cast<unsigned>(__cvta_generic_to_shared(smem_dst)), gmem_src, valid);
 }
 
 // The same without a bounds check (the whole word is always inside the tensor).

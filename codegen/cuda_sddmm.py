@@ -347,8 +347,6 @@ def _wgmma_load(w, T: str, tiles) -> None:
     Bt's rows past BNP (a last partial trip) are not copied."""
     bmp, bnp = tiles.bmp, tiles.bnp
     rpt = bmp // 4  # THREADS / 8: wgmma_fits has one warpgroup of 128 threads per 64 rows
-    esize = 2
-    # compile-time facts of the dims (M, N, K are the kernel's constants)
     w(f"        // thread tid copies 16-byte vector lv of rows lrow + {rpt} * j (A's for j < 4, then Bt's) of each chunk")
     w(f"        constexpr int RPT = {rpt};")
     w("        const int lrow = tid / 8, lv = tid % 8;")
@@ -356,19 +354,19 @@ def _wgmma_load(w, T: str, tiles) -> None:
     w(f"        const {T}* const gb = Bt + (size_t)(n0 + lrow) * K + lv * 8;")
     w("        const unsigned sdst = static_cast<unsigned>(__cvta_generic_to_shared(st)) + lrow * 128 + ((lv ^ (lrow % 8)) * 16);")
     w("        auto load = [&](const int kt) {  // K chunk kt into stage kt % STAGES, zero-filled past M, N and K")
-    w(f"            const unsigned sa = sdst + (kt % STAGES) * (STAGE * {esize});")
+    w(f"            const unsigned sa = sdst + (kt % STAGES) * (STAGE * sizeof({T}));")
     w("            const int k0 = kt * BK;")
     w("            const bool kok = K % BK == 0 || k0 + lv * 8 < K;  // (every column is in when BK divides K)")
     w("            #pragma unroll")
     w("            for (int j = 0; j < 4; ++j) {")
     w("                const bool ok = kok && (M % BM == 0 || m0 + lrow + RPT * j < M);")
-    w("                tk_cp_async16(sa + RPT * j * 128, ok ? ga + (size_t)RPT * j * K + k0 : A, ok);")
+    w("                tk_cp_async<16>(sa + RPT * j * 128, ok ? ga + (size_t)RPT * j * K + k0 : A, ok);")
     w("            }")
     w("            #pragma unroll")
     w(f"            for (int j = 0; j < {-(-bnp // rpt)}; ++j) {{")
     w("                if (BNP % RPT == 0 || lrow + RPT * j < BNP) {")
     w("                    const bool ok = kok && ((N % BN == 0 && BNP == BN) || n0 + lrow + RPT * j < N);")
-    w("                    tk_cp_async16(sa + (BMP + RPT * j) * 128, ok ? gb + (size_t)RPT * j * K + k0 : Bt, ok);")
+    w("                    tk_cp_async<16>(sa + (BMP + RPT * j) * 128, ok ? gb + (size_t)RPT * j * K + k0 : Bt, ok);")
     w("                }")
     w("            }")
     w("            tk_cp_async_commit();")
@@ -419,10 +417,6 @@ def _wgmma_helpers(w, dt: str, bnp: int) -> None:
     swizzle, 8-row atoms 1024 bytes apart) and tk_wgmma (wgmma m64n{BNP}k16, f32 accumulators in
     acc[0][j][q]: the m16n8 C fragment of each 8-column atom j, the layout mma.sync's acc has)."""
     regs = bnp // 2
-    w("// 16 bytes global -> shared (a shared-window address), zero-filled when !ok (nothing read)")
-    w("__device__ __forceinline__ void tk_cp_async16(const unsigned dst, const void* src, const bool ok) {")
-    w('    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\\n" :: "r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");')
-    w("}")
     w("// shared-memory matrix descriptor: start >> 4 (bits 0-13), leading byte offset 16 >> 4 (unused by the")
     w("// swizzled K-major layout), stride byte offset 1024 >> 4 (bits 32-45), 128-byte swizzle (bits 62-63 = 1)")
     w("__device__ __forceinline__ unsigned long long tk_wgmma_desc(const void* smem) {")
