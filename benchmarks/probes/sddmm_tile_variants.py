@@ -7,16 +7,22 @@ timed with triton.testing.do_bench (median, us):
 - diagnostic variants (wrong results, timing only): `no-entries` (the products reach shared memory,
   no entry is written), `no-products` (neither), `no-wgmma` (no tensor-core instruction),
   `no-loads` (no cp.async after the first chunks);
+- the two forms of the kernel at any K (passes/smem_sddmm.py `PERSISTENT_KT`): `one-tile` (a
+  block per tile), `persistent` (a block per SM walking tiles; `persistent-st2`, `-st4`: 2 or 4
+  stages); `one-tile-f2`, `persistent-f2`: the products stored as float2 in rows of BNP + 8
+  floats (`PRODUCT_PAD`: a half-warp's rows on distinct banks);
 - candidate variants (checked like `base`): `stages2` (two cp.async stages: 68 KB of shared
   memory), `stages4`, `products-f2` (the products stored as float2), and the tilings `64x128` (128
   threads: 3 blocks per SM), `128x256` (256 threads) and `256x128` (512 threads).
 
-    source .device/env.sh && python3 benchmarks/probes/sddmm_tile_variants.py [--launch-only] [VARIANT ...]
+    source .device/env.sh && python3 benchmarks/probes/sddmm_tile_variants.py [--launch-only] [--k32 | --all] [VARIANT ...]
 
 `--launch-only`: each variant launched 3 times at the first shape, not timed (for a profiler:
 `ncu --kernel-name regex:'^sddmm$' --launch-skip 1 --launch-count 1 ... python3 <this> --launch-only base`).
 
-Shapes: 10000^2 with 5M uniform entries and 8000^2 with 1.92M (K = 256), 10000^2 5M at K = 512.
+Shapes: 10000^2 with 5M uniform entries and 8000^2 with 1.92M (K = 256), 10000^2 5M at K = 512;
+with `--k32` only 10000^2 5M at K = 32, with `--all` that and the others. `lb3`, `stages2-lb3`, `64x128-lb4`: registers capped by
+`__launch_bounds__` for 3 (4) blocks per SM.
 """
 
 from __future__ import annotations
@@ -62,16 +68,36 @@ VARIANTS = {
     "64x128": (3, [], True, (64, 128, 128)),
     "128x256": (3, [], True, (128, 256, 256)),
     "256x128": (3, [], True, (256, 128, 512)),
+    # more blocks per SM: registers capped for 3 blocks of 256 threads (2 by default at 99 registers)
+    "lb3": (3, [("__launch_bounds__(256) sddmm(", "__launch_bounds__(256, 3) sddmm(")], True, T),
+    "stages2-lb3": (2, [("__launch_bounds__(256) sddmm(", "__launch_bounds__(256, 3) sddmm(")], True, T),
+    "64x128-lb4": (2, [("__launch_bounds__(128) sddmm(", "__launch_bounds__(128, 4) sddmm(")], True, (64, 128, 128)),
+    # the two forms at any K (passes/smem_sddmm.py PERSISTENT_KT): one tile per block, persistent blocks
+    "one-tile": (3, [], True, T),
+    "persistent": (3, [], True, T),
+    "persistent-st2": (2, [], True, T),
+    "persistent-st4": (4, [], True, T),
 }
+F2 = VARIANTS["products-f2"][1]
+VARIANTS["one-tile-f2"] = (3, F2, True, T)  # float2 products with rows of BNP + 8 floats (conflict-free)
+VARIANTS["persistent-f2"] = (3, F2, True, T)
+# passes/smem_sddmm.py settings per variant
+SETTINGS = {"one-tile": {"PERSISTENT_KT": 0}, "persistent": {"PERSISTENT_KT": 64},
+            "persistent-st2": {"PERSISTENT_KT": 64}, "persistent-st4": {"PERSISTENT_KT": 64},
+            "one-tile-f2": {"PERSISTENT_KT": 0, "PRODUCT_PAD": 8},
+            "persistent-f2": {"PERSISTENT_KT": 64, "PRODUCT_PAD": 8}}
 
 
-def source(module, stages: int, edits) -> str:
-    saved = smem_sddmm.WGMMA_STAGES
-    smem_sddmm.WGMMA_STAGES = stages
+def source(module, stages: int, edits, settings=None) -> str:
+    settings = {"WGMMA_STAGES": stages, **(settings or {})}
+    saved = {k: getattr(smem_sddmm, k) for k in settings}
+    for k, v in settings.items():
+        setattr(smem_sddmm, k, v)
     try:
         text = cuda_sddmm.emit(module)
     finally:
-        smem_sddmm.WGMMA_STAGES = saved
+        for k, v in saved.items():
+            setattr(smem_sddmm, k, v)
     for find, repl in edits:
         if text.count(find) != 1:
             raise SystemExit(f"edit `{find}` occurs {text.count(find)} times")
@@ -81,12 +107,14 @@ def source(module, stages: int, edits) -> str:
 
 def main() -> int:
     launch_only = "--launch-only" in sys.argv
-    names = [a for a in sys.argv[1:] if a != "--launch-only"] or list(VARIANTS)
+    k32 = [(10000, 10000, 32, 5_000_000)]
+    shapes = k32 if "--k32" in sys.argv else k32 + SHAPES if "--all" in sys.argv else SHAPES
+    names = [a for a in sys.argv[1:] if a not in ("--launch-only", "--k32", "--all")] or list(VARIANTS)
     tmp = tempfile.mkdtemp()
     print(f"GPU: {torch.cuda.get_device_name()}")
-    print("| M x N, K, nnz | variant | us | vs base | n_tc | max rel err |")
-    print("|---|---|---|---|---|---|")
-    for M, N, K, nnz in SHAPES[:1] if launch_only else SHAPES:
+    print("| M x N, K, nnz | variant | form | us | vs base | n_tc | max rel err |")
+    print("|---|---|---|---|---|---|---|")
+    for M, N, K, nnz in shapes[:1] if launch_only else shapes:
         p = sp.uniform(M, N, nnz, seed=1).to("cuda")
         A = torch.randn(M, K, device="cuda", dtype=torch.float16)
         B = torch.randn(K, N, device="cuda", dtype=torch.float16)
@@ -100,11 +128,12 @@ def main() -> int:
             kernel = tkc.compile(os.path.join(ROOT, "examples/sddmm.tk"), target="cuda", BM=bm, BN=bn, threads=threads)
             artifact, _ = kernel.specialize(kernel.bind_dims([A, B, p]))
             plan = sp.dispatch_plan(p, bm, bn, 0)
-            text = source(artifact.module, stages, edits)
+            text = source(artifact.module, stages, edits, SETTINGS.get(name))
             path = os.path.join(tmp, f"{name}-{M}-{K}.cu")
             with open(path, "w") as f:
                 f.write(text)
             launch = CudaLaunch(path, text)
+            kind = "persistent" if launch.tc_persistent else "one tile per block"
             P = torch.full((nnz,), float("nan"), device="cuda")
             args = [A, B, p.rows, p.cols, P, bt, *plan.tensors()]
             launch(*args)
@@ -116,12 +145,12 @@ def main() -> int:
                 continue
             err = ((P.double() - ref).abs().max() / ref.abs().max()).item() if checked else float("nan")
             if checked and not err < 1e-5:
-                print(f"| {M}x{N}, {K}, {nnz} | {name} | WRONG | | | {err:.1e} |", flush=True)
+                print(f"| {M}x{N}, {K}, {nnz} | {name} | {kind} | WRONG | | | {err:.1e} |", flush=True)
                 continue
             us = do_bench(lambda: launch(*args), warmup=50, rep=300) * 1e3
             base = us if name == "base" else base
             rel = f"{us / base:.3f}" if base else ""
-            print(f"| {M}x{N}, {K}, {nnz} | {name} | {us:.1f} | {rel} | {plan.n_tc} | {err:.1e} |", flush=True)
+            print(f"| {M}x{N}, {K}, {nnz} | {name} | {kind} | {us:.1f} | {rel} | {plan.n_tc} | {err:.1e} |", flush=True)
     return 0
 
 
