@@ -9,15 +9,12 @@ the estimate is what the kernels declare (tests/test_smem_fit.py: ptxas and Tile
 * `cuda` (`cuda_tiles`), three kernels, each within the limit on its own:
   - `<kernel>` (the tensor-core tiles), one tile per block, K in chunks of BK through STAGES
     stages of dynamic shared memory, in one of two forms (BMP x BNP: BM x BN padded to the
-    instruction's tile); after the K loop the f32 products [BMP][BNP + 4] take the stages' bytes:
+    instruction's tile); after the K loop the f32 products [BMP][BNP + 8] take the stages' bytes:
     max(stages, products).
     - `wgmma` (sm_90 warpgroup mma, `wgmma_fits`: f16/bf16, K a multiple of 8, BM a multiple of
       64 with one warpgroup of 128 threads per 64 rows, BNP at most 256): WGMMA_STAGES stages of A's rows [BMP][64]
       and Bt's rows (B's columns) [BNP][64], 128-byte rows in the 128-byte swizzle wgmma's descriptors
       name, no padding, BK = 64, the base aligned to 1024 bytes (1024 bytes of slack counted).
-      Persistent (`persistent`: K in at most PERSISTENT_KT chunks, and both fit sm_90 together):
-      the products have their own bytes after the stages (stages + products), since the next
-      tiles' chunks load while a tile's entries are written.
     - `mma.sync` m16n8k16 otherwise: A's rows [BMP][BK + 8] and B's columns [BK][BNP + 8] (8
       elements of row padding keep ldmatrix rows on distinct banks), BK K rounded up to 16, at
       most 64, halved while the stages exceed SMEM_BUDGET.
@@ -58,12 +55,11 @@ WGMMA_ROWS = 64  # rows of A per warpgroup (wgmma m64nNk16)
 WGMMA_BK = 64  # f16 elements of a 128-byte swizzled row
 WGMMA_SLACK = 1024  # bytes to align the stages to 1024 (the 128-byte swizzle's atom)
 WGMMA_STAGES = 3  # chunk kt's wgmma overlap the refill of chunk kt - 1's stage
-# the wgmma form is persistent (a block per SM walks tiles blockIdx.x, + gridDim.x, ..., the next
-# tiles' chunks loading while a tile's entries are written) when K has at most this many chunks of
-# 64 and the products fit beside the stages (benchmarks/probes/sddmm_tile_variants.py)
-PERSISTENT_KT = 1
 ROW_PAD = 8  # elements after each staged row (16 bytes of f16: ldmatrix rows on distinct banks)
-PRODUCT_PAD = 4  # f32 elements after each row of the products
+# f32 elements after each row of the products: stored as float2 pairs, rows of BNP + 8 floats put
+# the 4 rows of a half-warp's 8-byte stores on distinct banks (BNP + 4 had them 2-way conflicted:
+# the wgmma tile 7-14% slower on an H100, benchmarks/probes/sddmm_tile_variants.py, 2026-11-27)
+PRODUCT_PAD = 8
 TRANSPOSE_TILE = 64  # B -> Bt tiles (elements per side)
 # tilelang
 BK_MAX = 64  # K chunk of the GPU tile path: f16 rows of 128 bytes; K <= 64 is one chunk (rounded up to 16)
@@ -119,7 +115,6 @@ class CudaTiles:
     transpose: int  # static bytes of the transposition kernel
     wgmma: bool = False  # the wgmma form (see the module docstring)
     stages: int = CUDA_STAGES  # K stages
-    persistent: bool = False  # the wgmma form's persistent variant: the products in their own bytes
 
     @property
     def vec(self) -> int:
@@ -138,13 +133,11 @@ class CudaTiles:
             return []
         products = self.bmp * self.cpitch * 4
         if self.wgmma:
-            where = (", beside the stages (a persistent block loads the next tiles while it writes a tile's "
-                     "entries)" if self.persistent else ", in the stages' bytes after the K loop")
             return [Staged(f"`{a}`'s rows in K chunks", self.bmp, self.apitch, 0, self.dtype, self.stages),
                     Staged(f"`{b}`'s columns in K chunks (B transposed)", self.bnp, self.bpitch, 0, self.dtype,
                            self.stages),
                     Staged("the f32 products", self.bmp, self.cpitch, PRODUCT_PAD, "f32", 1,
-                           f"{where}; {WGMMA_SLACK} bytes to align them")]
+                           f", in the stages' bytes after the K loop; {WGMMA_SLACK} bytes to align them")]
         stages = self.stages * self.stage_elems * DTYPES[self.dtype][0]
         reuse = (", in the stages' bytes after the K loop" if products <= stages else
                  f", the stages' {stages} bytes reused after the K loop")
@@ -172,12 +165,8 @@ def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool, threads: int = 0)
         kp, bk = -(-k // WGMMA_BK) * WGMMA_BK, WGMMA_BK
         stage_elems = (bmp + bnp) * bk
         cpitch = bnp + PRODUCT_PAD
-        stages, products = WGMMA_STAGES * stage_elems * esize, bmp * cpitch * 4
-        persistent = (kp // bk <= PERSISTENT_KT
-                      and stages + products + WGMMA_SLACK <= SMEM_LIMITS[DEFAULT_SM])
-        smem = (stages + products if persistent else max(stages, products)) + WGMMA_SLACK
-        return CudaTiles(tc, dtype, bmp, bnp, kp, bk, bk, bk, cpitch, stage_elems, smem, transpose, True, WGMMA_STAGES,
-                         persistent)
+        smem = max(WGMMA_STAGES * stage_elems * esize, bmp * cpitch * 4) + WGMMA_SLACK
+        return CudaTiles(tc, dtype, bmp, bnp, kp, bk, bk, bk, cpitch, stage_elems, smem, transpose, True, WGMMA_STAGES)
     mm, mn, mk = MMA_SHAPE
     bmp, bnp = -(-bm // mm) * mm, -(-bn // mn) * mn
     kp = -(-k // mk) * mk

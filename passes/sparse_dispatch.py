@@ -10,7 +10,8 @@ holds an entry, the products at the tile's entries. Two ways to do it:
   (the pipeline's fill, the accumulators through shared memory) is the larger.
 - **dot products**: one f32 dot product of length K per entry, reading A's row and B's column
   (a row of B transposed): 2 * K CUDA-core flops, and K elements of B from L2 (entries come row
-  by row, so A's row is reused from L1).
+  by row, so A's row is reused from L1), plus a fixed cost per entry (its indices, its output,
+  the shuffle reduction) that decides at small K.
 
 A tile with c entries costs c * t_dot on the second path and t_tile on the first, so a tile with
 fewer than `dot_below` = ceil(t_tile / t_dot) entries is cheaper as dot products. This pass
@@ -51,6 +52,7 @@ class Rates:
     wgmma_l2_bytes: float  # the operands' L2 -> shared memory bandwidth of the wgmma form, bytes/s
     fma_flops: float  # f32 CUDA-core fma, flop/s
     dot_bytes: float  # L2 -> register bandwidth of the dot products' rows of B, bytes/s
+    dot_floor: float  # seconds per dot-product entry however small K: its indices, output, reduction
     tile_floor: float  # seconds per position of a tile (BM x BN) however small K: its fixed work
     wgmma_tile_floor: float  # the same in the wgmma form
     source: str
@@ -85,9 +87,17 @@ class Rates:
 # 217.6 us at K = 512 (34.9 ns: 262 KB of operands, 7.5 TB/s); sddmm_split.py `K=32` 0.084 ms at
 # K = 32 (13.5 ns a tile, 0.82 ps per position: the wgmma form's fixed work), as fast as dot
 # products there, and at 8000^2 tiles against dot products 0.085 / 0.082 ms with 246 entries per
-# tile, 0.085 / 0.096 with 295, 0.086 / 0.130 with 410 (the model's threshold: 265).
-RATES = {"sm_90": Rates(l2_bytes=4.0e12, mma_flops=180e12, wgmma_flops=392e12, wgmma_l2_bytes=7.5e12,
-                        fma_flops=67e12, dot_bytes=7.0e12, tile_floor=1.3e-12, wgmma_tile_floor=0.82e-12,
+# tile, 0.085 / 0.096 with 295, 0.086 / 0.130 with 410 (the model's threshold: 265). With the
+# products stored as conflict-free float2 pairs and no k16 steps past K (2026-11-27, H100,
+# sddmm_split.py, every tile or every entry forced, kernel launches alone): a 128 x 128 tile 20.2 ns
+# at K = 256 (10000^2 and 8000^2: 415 TFLOP/s), 33.7 ns at K = 512 (sddmm_tile_variants.py: 7.8
+# TB/s of operands), 11.1 ns at K = 32 (0.68 ps per position); a dot-product entry 17 ps at K = 32
+# (10000^2, 5M uniform) and 75-85 ps at K = 256 (1M to 5M entries), so 8 ps of fixed work per
+# entry and B's rows at 8 TB/s. At K = 32 tiles of 819 entries (5% density) now go to tensor
+# cores (0.069 ms against 0.085 as dot products); the K = 256 threshold is 255 entries.
+RATES = {"sm_90": Rates(l2_bytes=4.0e12, mma_flops=180e12, wgmma_flops=415e12, wgmma_l2_bytes=7.8e12,
+                        fma_flops=67e12, dot_bytes=8.0e12, dot_floor=8.0e-12, tile_floor=1.3e-12,
+                        wgmma_tile_floor=0.68e-12,
                         source="H100, measured by benchmarks/probes/sddmm_split.py, sddmm_dot_order.py and "
                         "sddmm_tile_variants.py (docs/PERFORMANCE.md)")}
 RATES["sm_90a"] = RATES["sm_90"]
@@ -119,11 +129,12 @@ def estimate(bm: int, bn: int, k: int, elem: int, rates: Rates, wgmma: bool = Fa
     `wgmma`: the tile kernel's wgmma form (K in chunks of 64)."""
     mm, mn, mk = instruction(bm, bn, wgmma)
     pm, pn = -(-bm // mm) * mm, -(-bn // mn) * mn  # padded to the instruction
-    pk = -(-k // 64) * 64 if wgmma else -(-k // mk) * mk
+    pk = -(-k // mk) * mk  # (the wgmma form copies and multiplies no k16 step past K either)
     tile_bytes = (bm + bn) * k * elem
     tile_flops = 2 * pm * pn * pk
     t_tile = max(tile_bytes / rates.tile_l2(wgmma), tile_flops / rates.tile_flops(wgmma), bm * bn * rates.floor(wgmma))
-    t_dot = k * elem / rates.dot_bytes + 2 * k / rates.fma_flops  # A's row comes from L1 (entries by row)
+    # A's row comes from L1 (entries by row)
+    t_dot = rates.dot_floor + k * elem / rates.dot_bytes + 2 * k / rates.fma_flops
     return Estimate(bm, bn, k, elem, t_tile, t_dot, tile_bytes, tile_flops, max(1, math.ceil(t_tile / t_dot)), rates,
                     wgmma)
 
@@ -197,7 +208,8 @@ def explain(module: Module, target: str = "sm_90") -> list[str]:
             f"{'wgmma m%dn%dk%d' % tuple(instruction(e.bm, e.bn, True)) if e.wgmma else 'mma 16x8x16'} at "
             f"{e.rates.tile_flops(e.wgmma) / 1e12:.0f} TFLOP/s, fixed work of {area} positions at "
             f"{e.rates.floor(e.wgmma) * 1e12:.2f} ps)\n"
-            f"  dot product:      {e.t_dot * 1e9:.3f} ns per entry ({e.k * e.elem} bytes of B from L2 at "
+            f"  dot product:      {e.t_dot * 1e9:.3f} ns per entry (fixed work of {e.rates.dot_floor * 1e12:.1f} ps, "
+            f"{e.k * e.elem} bytes of B from L2 at "
             f"{e.rates.dot_bytes / 1e12:.1f} TB/s, {2 * e.k} f32 flops at {e.rates.fma_flops / 1e12:.0f} TFLOP/s)\n"
             f"  choice: a tile with fewer than {used} entries ({100 * used / area:.1f}% of its {area} positions) is "
             f"computed as dot products, the others on tensor cores"

@@ -515,7 +515,7 @@ def test_wgmma_form_where_it_fits():
     """The `cuda` tile kernel's form (passes/smem_sddmm.py): wgmma for f16/bf16 operands with K a
     multiple of 8, one warpgroup per 64 rows of BM and BN up to 256; mma.sync otherwise. The wgmma
     stages are unpadded 128-byte rows (BK = 64) with 1024 bytes of slack to align them."""
-    from passes.smem_sddmm import WGMMA_SLACK, WGMMA_STAGES, cuda_tiles
+    from passes.smem_sddmm import PRODUCT_PAD, WGMMA_SLACK, WGMMA_STAGES, cuda_tiles
 
     for args, wgmma in (((128, 128, 256, "f16", True, 256), True), ((64, 40, 24, "bf16", True, 128), True),
                         ((128, 128, 13, "f16", True, 256), False), ((128, 128, 256, "f16", True, 128), False),
@@ -526,19 +526,20 @@ def test_wgmma_form_where_it_fits():
         if wgmma:
             bmp, bnp = -(-args[0] // 64) * 64, -(-args[1] // 8) * 8
             assert (t.bmp, t.bnp, t.bk, t.apitch, t.bpitch) == (bmp, bnp, 64, 64, 64)
-            assert t.smem == max(WGMMA_STAGES * (bmp + bnp) * 64 * 2, bmp * (bnp + 4) * 4) + WGMMA_SLACK
+            assert t.smem == max(WGMMA_STAGES * (bmp + bnp) * 64 * 2, bmp * (bnp + PRODUCT_PAD) * 4) + WGMMA_SLACK
 
 
-@pytest.mark.parametrize("per_tile, path", [(491, "tiles"), (410, "tiles"), (295, "tiles"), (246, "dots")])
-def test_dispatch_puts_two_percent_wgmma_tiles_on_tensor_cores(per_tile, path):
-    """The wgmma form of a 128 x 128 tile (256 threads, K = 256) costs about 21.4 ns on an H100
-    where mma.sync's took 46.6. benchmarks/probes/sddmm_split.py (H100, 2026-11-27, uniform 8000^2,
-    every tile on tensor cores against every entry a dot product): 0.085 / 0.082 ms at 246 entries
-    per tile, 0.085 / 0.096 at 295, 0.086 / 0.130 at 410, 0.087 / 0.153 at 491 (3% density); the
-    mma.sync rate sends all of them to dot products."""
+@pytest.mark.parametrize("k, per_tile, path", [(256, 484, "tiles"), (256, 290, "tiles"), (256, 242, "dots"),
+                                               (32, 819, "tiles"), (32, 164, "dots")])
+def test_dispatch_puts_wgmma_tiles_on_tensor_cores_where_measured_faster(k, per_tile, path):
+    """The wgmma form of a 128 x 128 tile (256 threads) against dot products, as measured with
+    benchmarks/probes/sddmm_split.py (H100, 2026-11-27, every tile on tensor cores against every
+    entry a dot product, kernel launches in ms): K = 256, uniform 8000^2: 0.080 / 0.153 at 484
+    entries per tile, 0.080 / 0.097 at 290, 0.079 / 0.082 at 242 (the crossing); K = 32, uniform
+    10000^2: 0.069 / 0.085 at 819 entries per tile, 0.060 / 0.024 at 164. The mma.sync form's
+    rates put K = 256 tiles of 484 entries on dot products."""
     from passes.sparse_dispatch import RATES, estimate
 
-    wg = estimate(128, 128, 256, 2, RATES["sm_90"], wgmma=True)
+    wg = estimate(128, 128, k, 2, RATES["sm_90"], wgmma=True)
     assert (per_tile >= wg.dot_below) == (path == "tiles"), wg
-    assert estimate(128, 128, 256, 2, RATES["sm_90"]).dot_below > 509  # the mma.sync form's threshold
-    assert estimate(128, 128, 32, 2, RATES["sm_90"], wgmma=True).dot_below > 819  # K = 32: still dot products
+    assert estimate(128, 128, 256, 2, RATES["sm_90"]).dot_below > 484  # the mma.sync form's threshold

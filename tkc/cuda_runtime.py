@@ -125,11 +125,6 @@ class CudaLaunch:
         self.tc_reads_bt = bool(sddmm.get("tc_reads_bt"))
         self.dot_per_block, self.dot_kernel = sddmm.get("dot_per_block"), sddmm.get("dot_kernel")
         self.tc_kernel = sddmm.get("tc_kernel")
-        # a persistent tile kernel (`tc_persistent`: each block walks tiles blockIdx.x, + gridDim.x,
-        # ...) is launched with min(n_tc, its blocks resident on the GPU) blocks, or `tc_blocks`
-        # when set (tests: several tiles per block)
-        self.tc_persistent = bool(sddmm.get("tc_persistent"))
-        self.tc_blocks: int | None = None
         self.transpose = (sddmm["transpose_kernel"], sddmm["transpose_tile"], sddmm["transpose_threads"]) if sddmm else None
         self._functions: dict[tuple, object] = {}  # (device index, kernel name) -> cupy RawKernel
         self._modules: dict[int, object] = {}  # device index -> cupy RawModule
@@ -226,11 +221,7 @@ class CudaLaunch:
                 (K, N), (name, tile, threads) = tensors[1].shape, self.transpose
                 launches.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), (args[1], args[5]), 0))
             if self.tc_kernel and n_tc:
-                blocks = n_tc
-                if self.tc_persistent:
-                    per_sm, sms = self.resident(index, self.function(index, self.tc_kernel).kernel.ptr)
-                    blocks = min(n_tc, self.tc_blocks or max(per_sm, 1) * sms)
-                launches.append((self.tc_kernel, (blocks, 1, 1), self.block, args, self.smem))
+                launches.append((self.tc_kernel, (n_tc, 1, 1), self.block, args, self.smem))
             if n_dot:
                 launches.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, args, 0))
         else:
@@ -256,7 +247,16 @@ class CudaLaunch:
         a TkError (a user error) naming the most this GPU holds, before CUDA refuses the launch."""
         import torch
 
-        per_sm, sms = self.resident(index, function)
+        if index not in self._resident:
+            count = ctypes.c_int(0)
+            occupancy = _libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor
+            occupancy.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+            status = occupancy(ctypes.byref(count), ctypes.c_void_p(function), int(math.prod(self.block)), self.smem)
+            if status:
+                raise BackendError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed with CUDA driver error {status}")
+            sms = torch.cuda.get_device_properties(index).multi_processor_count
+            self._resident[index] = (count.value, sms)
+        per_sm, sms = self._resident[index]
         blocks = math.prod(grid)
         if blocks > per_sm * sms:
             from dsl.diagnostics import Loc, error
@@ -267,22 +267,6 @@ class CudaLaunch:
                         f"({per_sm} per SM x {sms} SMs)",
                         f"choose a grid of at most {per_sm * sms} blocks (a persistent grid that loops over the work), "
                         "or fewer threads, registers or shared memory per block")
-
-    def resident(self, index: int, function: int) -> tuple[int, int]:
-        """(blocks of `function` resident per SM at this launch's block and shared memory, SMs) on
-        device `index`, from the driver's occupancy calculator (cached per device)."""
-        import torch
-
-        if index not in self._resident:
-            count = ctypes.c_int(0)
-            occupancy = _libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor
-            occupancy.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-            status = occupancy(ctypes.byref(count), ctypes.c_void_p(function), int(math.prod(self.block)), self.smem)
-            if status:
-                raise BackendError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed with CUDA driver error {status}")
-            sms = torch.cuda.get_device_properties(index).multi_processor_count
-            self._resident[index] = (count.value, sms)
-        return self._resident[index]
 
 
 _programmatic = contextvars.ContextVar("tkc_programmatic_launch", default=False)

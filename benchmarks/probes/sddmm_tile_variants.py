@@ -7,13 +7,12 @@ timed with triton.testing.do_bench (median, us):
 - diagnostic variants (wrong results, timing only): `no-entries` (the products reach shared memory,
   no entry is written), `no-products` (neither), `no-wgmma` (no tensor-core instruction),
   `no-loads` (no cp.async after the first chunks);
-- the two forms of the kernel at any K (passes/smem_sddmm.py `PERSISTENT_KT`): `one-tile` (a
-  block per tile), `persistent` (a block per SM walking tiles; `persistent-st2`, `-st4`: 2 or 4
-  stages); `one-tile-f2`, `persistent-f2`: the products stored as float2 in rows of BNP + 8
-  floats (`PRODUCT_PAD`: a half-warp's rows on distinct banks);
 - candidate variants (checked like `base`): `stages2` (two cp.async stages: 68 KB of shared
-  memory), `stages4`, `products-f2` (the products stored as float2), and the tilings `64x128` (128
-  threads: 3 blocks per SM), `128x256` (256 threads) and `256x128` (512 threads).
+  memory), `stages4`, `products-f1` (the products as before 2026-11-27: scalar stores into rows
+  of BNP + 4 floats), and the tilings `64x128` (128 threads: 3 blocks per SM), `64x128-lb4`
+  (registers capped for 4 blocks per SM by `__launch_bounds__`), `128x256` (256 threads) and
+  `256x128` (512 threads). (A cap for 3 blocks of the 128 x 128 tile does not compile: ptxas
+  needs 90 registers for the wgmma accumulators.)
 
     source .device/env.sh && python3 benchmarks/probes/sddmm_tile_variants.py [--launch-only] [--k32 | --all] [VARIANT ...]
 
@@ -21,8 +20,7 @@ timed with triton.testing.do_bench (median, us):
 `ncu --kernel-name regex:'^sddmm$' --launch-skip 1 --launch-count 1 ... python3 <this> --launch-only base`).
 
 Shapes: 10000^2 with 5M uniform entries and 8000^2 with 1.92M (K = 256), 10000^2 5M at K = 512;
-with `--k32` only 10000^2 5M at K = 32, with `--all` that and the others. `lb3`, `stages2-lb3`, `64x128-lb4`: registers capped by
-`__launch_bounds__` for 3 (4) blocks per SM.
+with `--k32` only 10000^2 5M at K = 32, with `--all` that and the others.
 """
 
 from __future__ import annotations
@@ -57,35 +55,22 @@ VARIANTS = {
     "no-wgmma": (3, [("tk_wgmma(acc, da + 2 * kk, db + 2 * kk);", "acc[0][kk][0] += (float)(da + db);")], False, T),
     "no-loads": (3, [("if (kt + STAGES - 1 < KT) load(kt + STAGES - 1); else tk_cp_async_commit();",
                       "tk_cp_async_commit();")], False, T),
-    "products-f2": (3, [("cs[r * CPITCH + c] = acc[i][j][0];",
-                         "*reinterpret_cast<float2*>(&cs[r * CPITCH + c]) = make_float2(acc[i][j][0], acc[i][j][1]);"),
-                        ("cs[r * CPITCH + c + 1] = acc[i][j][1];", ""),
-                        ("cs[(r + 8) * CPITCH + c] = acc[i][j][2];",
-                         "*reinterpret_cast<float2*>(&cs[(r + 8) * CPITCH + c]) = make_float2(acc[i][j][2], acc[i][j][3]);"),
-                        ("cs[(r + 8) * CPITCH + c + 1] = acc[i][j][3];", "")], True, T),
     "stages2": (2, [], True, T),
     "stages4": (4, [], True, T),
     "64x128": (3, [], True, (64, 128, 128)),
     "128x256": (3, [], True, (128, 256, 256)),
     "256x128": (3, [], True, (256, 128, 512)),
-    # more blocks per SM: registers capped for 3 blocks of 256 threads (2 by default at 99 registers)
-    "lb3": (3, [("__launch_bounds__(256) sddmm(", "__launch_bounds__(256, 3) sddmm(")], True, T),
-    "stages2-lb3": (2, [("__launch_bounds__(256) sddmm(", "__launch_bounds__(256, 3) sddmm(")], True, T),
+    # more blocks per SM: 64 x 128 tiles of one warpgroup with registers capped for 4 blocks
     "64x128-lb4": (2, [("__launch_bounds__(128) sddmm(", "__launch_bounds__(128, 4) sddmm(")], True, (64, 128, 128)),
-    # the two forms at any K (passes/smem_sddmm.py PERSISTENT_KT): one tile per block, persistent blocks
-    "one-tile": (3, [], True, T),
-    "persistent": (3, [], True, T),
-    "persistent-st2": (2, [], True, T),
-    "persistent-st4": (4, [], True, T),
+    # the products as before 2026-11-27: scalar stores into rows of BNP + 4 floats (2-way bank conflicts)
+    "products-f1": (3, [("*reinterpret_cast<float2*>(&cs[r * CPITCH + c]) = make_float2(acc[i][j][0], acc[i][j][1]);",
+                         "cs[r * CPITCH + c] = acc[i][j][0]; cs[r * CPITCH + c + 1] = acc[i][j][1];"),
+                        ("*reinterpret_cast<float2*>(&cs[(r + 8) * CPITCH + c]) = make_float2(acc[i][j][2], acc[i][j][3]);",
+                         "cs[(r + 8) * CPITCH + c] = acc[i][j][2]; cs[(r + 8) * CPITCH + c + 1] = acc[i][j][3];")],
+                    True, T),
 }
-F2 = VARIANTS["products-f2"][1]
-VARIANTS["one-tile-f2"] = (3, F2, True, T)  # float2 products with rows of BNP + 8 floats (conflict-free)
-VARIANTS["persistent-f2"] = (3, F2, True, T)
 # passes/smem_sddmm.py settings per variant
-SETTINGS = {"one-tile": {"PERSISTENT_KT": 0}, "persistent": {"PERSISTENT_KT": 64},
-            "persistent-st2": {"PERSISTENT_KT": 64}, "persistent-st4": {"PERSISTENT_KT": 64},
-            "one-tile-f2": {"PERSISTENT_KT": 0, "PRODUCT_PAD": 8},
-            "persistent-f2": {"PERSISTENT_KT": 64, "PRODUCT_PAD": 8}}
+SETTINGS = {"products-f1": {"PRODUCT_PAD": 4}}
 
 
 def source(module, stages: int, edits, settings=None) -> str:
@@ -112,8 +97,8 @@ def main() -> int:
     names = [a for a in sys.argv[1:] if a not in ("--launch-only", "--k32", "--all")] or list(VARIANTS)
     tmp = tempfile.mkdtemp()
     print(f"GPU: {torch.cuda.get_device_name()}")
-    print("| M x N, K, nnz | variant | form | us | vs base | n_tc | max rel err |")
-    print("|---|---|---|---|---|---|---|")
+    print("| M x N, K, nnz | variant | us | vs base | n_tc | max rel err |")
+    print("|---|---|---|---|---|---|")
     for M, N, K, nnz in shapes[:1] if launch_only else shapes:
         p = sp.uniform(M, N, nnz, seed=1).to("cuda")
         A = torch.randn(M, K, device="cuda", dtype=torch.float16)
@@ -133,7 +118,6 @@ def main() -> int:
             with open(path, "w") as f:
                 f.write(text)
             launch = CudaLaunch(path, text)
-            kind = "persistent" if launch.tc_persistent else "one tile per block"
             P = torch.full((nnz,), float("nan"), device="cuda")
             args = [A, B, p.rows, p.cols, P, bt, *plan.tensors()]
             launch(*args)
@@ -145,12 +129,12 @@ def main() -> int:
                 continue
             err = ((P.double() - ref).abs().max() / ref.abs().max()).item() if checked else float("nan")
             if checked and not err < 1e-5:
-                print(f"| {M}x{N}, {K}, {nnz} | {name} | {kind} | WRONG | | | {err:.1e} |", flush=True)
+                print(f"| {M}x{N}, {K}, {nnz} | {name} | WRONG | | | {err:.1e} |", flush=True)
                 continue
             us = do_bench(lambda: launch(*args), warmup=50, rep=300) * 1e3
             base = us if name == "base" else base
             rel = f"{us / base:.3f}" if base else ""
-            print(f"| {M}x{N}, {K}, {nnz} | {name} | {kind} | {us:.1f} | {rel} | {plan.n_tc} | {err:.1e} |", flush=True)
+            print(f"| {M}x{N}, {K}, {nnz} | {name} | {us:.1f} | {rel} | {plan.n_tc} | {err:.1e} |", flush=True)
     return 0
 
 

@@ -16,7 +16,6 @@ import pytest
 import torch
 
 import tkc
-from tkc import sparse as sp
 
 from test_gpu_sddmm import ROOT, _check, _operands, _pattern  # noqa: E402
 
@@ -47,24 +46,3 @@ def test_wgmma_tiles_at_tile_edges(example, tiling, cache_dir):
                                                  (3 * bm + 1, 3 * bn + 1, 256, 20000, "rmat")]):
         A, B = _operands(M, N, K, torch.float16, 30 + seed)
         _check(kernel, A, B, _pattern(kind, M, N, min(nnz, M * N // 3), seed, fmt))
-
-
-@pytest.mark.parametrize("example", ["sddmm", "sddmm_wmma_16x16x16"])  # values P, dense P
-@pytest.mark.parametrize("blocks", [1, 5])
-def test_persistent_blocks_walk_several_tiles(example, blocks, cache_dir):
-    """K in one chunk: the persistent form (passes/smem_sddmm.py `persistent`), with 1 or 5 blocks
-    (`tc_blocks`) walking every tile of 10 x 11 or a fifth of them each: each tile's rows and columns,
-    its entry range and its first entries are read a tile ahead, and the next tile's chunk loads
-    while a tile's entries are written; R-MAT gives tiles of one entry and tiles of thousands (more
-    rounds than the prefetched one), M and N cut the last tiles."""
-    kernel = tkc.compile(os.path.join(ROOT, "examples", f"{example}.tk"), target="cuda", cache_dir=cache_dir,
-                         BM=128, BN=128, threads=256)
-    kernel.dot_below = 0
-    fmt = kernel.inputs[2].dtype
-    M, N, K = 10 * 128 - 50, 11 * 128 - 3, 40
-    A, B = _operands(M, N, K, torch.float16, 50 + blocks)
-    p = _pattern("rmat", M, N, 90000, 50 + blocks, fmt)
-    _, jit = kernel.specialize(kernel.bind_dims([A, B, sp.as_pattern(p, fmt)]))
-    assert jit.tc_persistent
-    jit.tc_blocks = blocks
-    _check(kernel, A, B, p)
