@@ -10,7 +10,8 @@ timed with triton.testing.do_bench (median, us):
 - candidate variants (checked like `base`): `stages2` (two cp.async stages: 68 KB of shared
   memory), `stages4`, `products-f1` (the products as before 2026-11-27: scalar stores into rows
   of BNP + 4 floats), and the tilings `64x128` (128 threads: 3 blocks per SM), `64x128-lb4`
-  (registers capped for 4 blocks per SM by `__launch_bounds__`), `128x256` (256 threads) and
+  (registers capped for 4 blocks per SM by `__launch_bounds__`), `128x64` (256 threads, 58
+  registers; `-st2`: two stages, 4 blocks per SM), `64x64-st2`, `128x256` (256 threads) and
   `256x128` (512 threads). (A cap for 3 blocks of the 128 x 128 tile does not compile: ptxas
   needs 90 registers for the wgmma accumulators.)
 
@@ -62,6 +63,10 @@ VARIANTS = {
     "256x128": (3, [], True, (256, 128, 512)),
     # more blocks per SM: 64 x 128 tiles of one warpgroup with registers capped for 4 blocks
     "64x128-lb4": (2, [("__launch_bounds__(128) sddmm(", "__launch_bounds__(128, 4) sddmm(")], True, (64, 128, 128)),
+    # narrower tiles: 58 registers, 3 (4 with two stages) blocks of 256 threads per SM
+    "128x64": (3, [], True, (128, 64, 256)),
+    "128x64-st2": (2, [], True, (128, 64, 256)),
+    "64x64-st2": (2, [], True, (64, 64, 128)),
     # the products as before 2026-11-27: scalar stores into rows of BNP + 4 floats (2-way bank conflicts)
     "products-f1": (3, [("*reinterpret_cast<float2*>(&cs[r * CPITCH + c]) = make_float2(acc[i][j][0], acc[i][j][1]);",
                          "cs[r * CPITCH + c] = acc[i][j][0]; cs[r * CPITCH + c + 1] = acc[i][j][1];"),
