@@ -54,6 +54,7 @@ from passes.targets import DEFAULT_SM, SMEM_LIMITS
 ARCH = "sm_90a"
 DOT_ENTRIES = 4  # entries a group of lanes computes at once (their loads overlap)
 DOT_ITERS = 2  # rounds of those per block
+DOT_LANE_VECTORS = 2  # at least this many 16-byte vectors of K per lane (G, the lanes per entry, doubles while K allows)
 EPILOGUE = 4  # entries a thread of a tensor-core tile writes out at once (their index loads overlap)
 TRANSPOSE_THREADS = 256
 
@@ -113,7 +114,7 @@ def emit(module: Module) -> str:
     kvec = K % vec == 0  # rows of A and Bt start 16-byte aligned: vector loads
     # the dot path: G lanes per entry (each lane a strided share of K), E entries per group at once
     g = 1
-    while g < 32 and K >= (g * 2) * vec * 2:
+    while g < 32 and K >= (g * 2) * vec * DOT_LANE_VECTORS:
         g *= 2
     e_per, iters = DOT_ENTRIES, DOT_ITERS
     dot_per_block = (threads // g) * e_per * iters

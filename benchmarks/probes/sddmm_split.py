@@ -1,7 +1,8 @@
 """Probe: the SDDMM kernel of examples/sddmm.tk on the CUDA backend with the sparse-dispatch split
 forced to all tensor-core tiles, all dot products, and the cost model's choice, against
 torch.sparse.sampled_addmm (cuSPARSE, f32) at a few issue-12 shapes (uniform and R-MAT, K = 256 or
-`K=NN`; `M:nnz:pattern` arguments pick shapes).
+`K=NN`; `M:nnz:pattern` arguments pick shapes; `lane_vectors=N` sets the dot kernel's
+DOT_LANE_VECTORS in codegen/cuda_sddmm.py, with a fresh cache).
 Times: triton.testing.do_bench medians (ms), preprocessing cached per pattern. Prints a table.
 
     source .device/env.sh && python3 benchmarks/probes/sddmm_split.py
@@ -10,6 +11,7 @@ Times: triton.testing.do_bench medians (ms), preprocessing cached per pattern. P
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
 
 import torch
@@ -21,20 +23,28 @@ from tkc import sparse as sp
 SHAPES = [(10000, 10000, 5_000_000, "uniform"), (10000, 10000, 5_000_000, "rmat"), (10000, 10000, 1_000_000, "uniform"),
           (36692, 36692, 368_000, "uniform"), (916428, 916428, 5_100_000, "uniform"),
           (8000, 8000, 1_920_000, "uniform"), (2000, 12000, 746_000, "uniform"),  # (3% dense: near the split)
-          (8000, 8000, 1_600_000, "uniform"), (8000, 8000, 1_152_000, "uniform"), (8000, 8000, 960_000, "uniform")]
+          (8000, 8000, 1_600_000, "uniform"), (8000, 8000, 1_152_000, "uniform"), (8000, 8000, 960_000, "uniform"),
+          (4000, 4000, 88_000, "uniform")]
 K = 256  # `K=NN` on the command line sets it
 
 
 def main() -> int:
     global K
     K = next((int(a[2:]) for a in sys.argv[1:] if a.startswith("K=")), K)
-    args = [a for a in sys.argv[1:] if not a.startswith(("tiles=", "K="))]
+    args = [a for a in sys.argv[1:] if not a.startswith(("tiles=", "K=", "lane_vectors="))]
     tiles = next((a[6:] for a in sys.argv[1:] if a.startswith("tiles=")), "32x32x128")
+    lane_vectors = next((int(a[13:]) for a in sys.argv[1:] if a.startswith("lane_vectors=")), None)
+    cache_dir = None
+    if lane_vectors is not None:  # the dot kernel's vectors per lane (codegen/cuda_sddmm.py), a fresh cache
+        from codegen import cuda_sddmm
+        cuda_sddmm.DOT_LANE_VECTORS = lane_vectors
+        cache_dir = tempfile.mkdtemp()
+        print(f"dot products with at least {lane_vectors} vectors of K per lane")
     shapes = SHAPES if not args else [s for s in SHAPES if f"{s[0]}:{s[2]}:{s[3]}" in args]
     for tile in tiles.split(","):
         bm, bn, threads = map(int, tile.split("x"))
         print(f"tiles {bm} x {bn}, {threads} threads")
-        kernel = tkc.compile("examples/sddmm.tk", target="cuda", BM=bm, BN=bn, threads=threads)
+        kernel = tkc.compile("examples/sddmm.tk", target="cuda", cache_dir=cache_dir, BM=bm, BN=bn, threads=threads)
         run(kernel, shapes, bm, bn)
     return 0
 
