@@ -7,9 +7,9 @@ the kernel's dtypes and K). Inputs and outputs are fenced by NaN (tests/fenced.p
 outside P or an entry left unwritten fails.
 
 Run on the device machine: `python3 -m pytest -q -m gpu -n 8 --dist loadgroup tests/gpu/test_gpu_sddmm.py
-tests/gpu/test_gpu_sddmm_wgmma.py` (the issue's GPU tests). Each (target, example) is an xdist
-group: its kernels build once, on one worker, while the other groups build on others (TileLang
-builds take 10-40 s each; with tests spread one by one, each worker built them again).
+tests/gpu/test_gpu_sddmm_wgmma.py` (the issue's GPU tests). Each example case builds one kernel
+(one shape, every split), so the TileLang builds (10-40 s each) spread over the workers; the
+cases that share builds are xdist groups, built once on one worker.
 """
 
 from __future__ import annotations
@@ -86,17 +86,24 @@ def _grouped(names: str, rows) -> tuple:
     return names, [pytest.param(*row, marks=pytest.mark.xdist_group(f"sddmm-{row[0]}-{row[1]}")) for row in rows]
 
 
-@pytest.mark.parametrize(*_grouped("target, example, split", [(t, e, s) for t in TARGETS for e in EXAMPLES
-                                                               for s in SPLITS]))
-def test_examples_on_both_paths(target, example, split, cache_dir):
+SHAPES = [(157, 203, 40, 3000, "uniform"),  # partial tiles, K % 16 != 0
+          (300, 260, 256, 30000, "rmat"),  # dense and sparse tiles
+          (64, 48, 24, 64 * 48, "uniform")]  # every position
+
+
+@pytest.mark.parametrize("target, example, shape", [(t, e, i) for t in TARGETS for e in EXAMPLES
+                                                    for i in range(len(SHAPES))])
+def test_examples_on_both_paths(target, example, shape, cache_dir):
+    """Each case builds one kernel (one shape; TileLang builds take 10-40 s) and runs it on the
+    three splits, so the cases spread over the workers one build each."""
     kernel = tkc.compile(os.path.join(ROOT, "examples", f"{example}.tk"), target=target, cache_dir=cache_dir)
-    kernel.dot_below = SPLITS[split]
     fmt = kernel.inputs[2].dtype
-    for seed, (M, N, K, nnz, kind) in enumerate([(157, 203, 40, 3000, "uniform"),  # partial tiles, K % 16 != 0
-                                                 (300, 260, 256, 30000, "rmat"),  # dense and sparse tiles
-                                                 (64, 48, 24, 64 * 48, "uniform")]):  # every position
-        A, B = _operands(M, N, K, torch.float16, seed)
-        _check(kernel, A, B, _pattern(kind, M, N, nnz, seed, fmt))
+    M, N, K, nnz, kind = SHAPES[shape]
+    A, B = _operands(M, N, K, torch.float16, shape)
+    p = _pattern(kind, M, N, nnz, shape, fmt)
+    for split in SPLITS.values():
+        kernel.dot_below = split
+        _check(kernel, A, B, p)
 
 
 @pytest.mark.parametrize(*_grouped("target, example", [(t, "odd-k") for t in TARGETS]))
