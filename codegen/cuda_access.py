@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from dsl import exprs
+from dsl.ops import hoist_input_loads
 from codegen.cuda_plan import known_multiple, numel, operand_roles, shape_of, times_text
 from codegen.cuda_prelude import C_TYPES, SIZES, convert
 
@@ -444,25 +445,7 @@ class AccessMixin:
         costs registers (rmsnorm's W row, hoisted above its reduction, took 1024-thread blocks
         from 32 to 40 registers per thread, one block per SM instead of two: 201.7 -> 301.2 us
         at 16384 x 4096 f32, H100, 2026-11-25)."""
-        args = self.m.func.body.args
-        outputs = {id(args[i]) for i in self.m.func.attrs.get("outputs", [])}
-        written = {args[i].name for i in self.m.func.attrs.get("outputs", [])}
-        out: list = []
-        for op in ops:
-            src = op.operands[0] if op.name == "tile.copy" else None
-            if (src is None or src.type.space != "global" or id(src) in outputs
-                    or self.plan.where(op.operands[1]) != "regs"
-                    or any(exprs.loads(exprs.parse(t)) & written for t in op.attrs.get("src_offsets", []))):
-                out.append(op)
-                continue
-            tile = op.operands[1]
-            at = len(out)
-            while at > 0 and not any(v is tile for o in out[at - 1].walk() for v in o.operands) \
-                    and out[at - 1].name != "tile.for" \
-                    and not (out[at - 1].name == "tile.copy" and out[at - 1].operands[0].type.space == "global"):
-                at -= 1  # not past a loop (registers live across it), nor past another load (their order stays)
-            out.insert(at, op)
-        return out
+        return hoist_input_loads(self.m.func, ops, lambda tile: self.plan.where(tile) == "regs")
 
     def store_groups(self, ops: list) -> None:
         """Find, in op list `ops`, groups of `step` copies of register tiles of one shape into

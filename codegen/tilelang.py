@@ -21,8 +21,8 @@ import math
 from dsl import exprs
 from dsl.diagnostics import TkError, error
 from dsl.ir import Module, Op, Value
-from dsl.ops import (COMPARE, compare_dtype, device_checks, dynamic_dims, index_bound_exprs, peer_tiles, scalar_refs,
-                     scalars, shared_accesses)
+from dsl.ops import (COMPARE, compare_dtype, device_checks, dynamic_dims, hoist_input_loads, index_bound_exprs,
+                     peer_tiles, scalar_refs, scalars, shared_accesses)
 from dsl.types import DTYPES
 from codegen.cuda_plan import known_multiple
 from codegen.cuda_prelude import CHECK_PRELUDE
@@ -648,13 +648,27 @@ class _Emitter:
         else:
             self.line(depth, f"for {var} in T.serial({rng}):")
         before = len(self.lines)
-        self.region(op.body.ops, depth + 1)
+        self.region(op.body.ops if kind == "pipelined" else self.hoist_loads(op.body.ops), depth + 1)
         if len(self.lines) == before:
             self.line(depth + 1, "T.evaluate(0)")
         if any(loop is op for loop in self.rotating.values()):
             # the last trips' stores must have read their copies before the bytes are reused or the block exits
             self.line(depth, "T.tma_store_wait(0)")
             self.line(depth, "T.sync_threads()")
+
+    def hoist_loads(self, ops: list[Op]) -> list[Op]:
+        """`ops` (the body of a serial or unrolled loop) in emission order: every copy of a window
+        of an input tensor (one the kernel never writes) into a fragment moves up to the start of
+        the body, or to just after the last earlier op that touches that fragment, a loop or
+        another global load, so a trip's loads are in flight together before its first barrier
+        (decode attention: the V rows load with the K rows, not after the softmax's reductions).
+        TileLang issues a fragment's T.copy where it stands, and the barriers of the reductions
+        in between keep nvcc from moving it. The offsets name only grid, loop and runtime scalar
+        indices, defined before the body; a fragment's elements are its own threads', so no
+        barrier is needed. The same rule as the CUDA backend's (codegen/cuda_access.py
+        `hoist_loads`); pipelined loops keep their order, which T.Pipelined's stages follow."""
+        return hoist_input_loads(self.m.func, ops, lambda tile: tile.type.space in ("frag", "local")
+                                 and id(tile) not in self.shared_tiles and not self.registers_shared)
 
     def op_fill(self, op: Op, depth: int) -> None:
         v = op.operands[0]

@@ -731,6 +731,36 @@ def scalar_ranges(func: Op, env: dict[str, int]) -> dict[str, tuple[int, int]]:
     return out
 
 
+def hoist_input_loads(func, ops: list, eligible) -> list:
+    """`ops` (a loop body) in emission order, with every copy of a window of an input tensor (one
+    the kernel never writes: not an output, and offsets that read no output) into a tile that
+    `eligible(tile)` accepts moved up to the start of the list, or to just after the last earlier
+    op that touches that tile, a loop (its trips may read the tile) or another global load (their
+    order stays): a trip's loads are then in flight together before its first barrier. The
+    offsets name only grid, loop and runtime scalar indices, defined before the body. The load
+    hoisting of both GPU backends (codegen/cuda_access.py and codegen/tilelang.py `hoist_loads`);
+    an op before its tile's `tile.alloc` is fine (the backends declare tiles up front)."""
+    args = func.body.args
+    outs = func.attrs.get("outputs", [])
+    outputs = {id(args[i]) for i in outs}
+    written = {args[i].name for i in outs}
+    out: list = []
+    for op in ops:
+        src = op.operands[0] if op.name == "tile.copy" else None
+        if (src is None or src.type.space != "global" or id(src) in outputs or not eligible(op.operands[1])
+                or any(exprs.loads(exprs.parse(t)) & written for t in op.attrs.get("src_offsets", []))):
+            out.append(op)
+            continue
+        tile = op.operands[1]
+        at = len(out)
+        while at > 0 and not any(v is tile for o in out[at - 1].walk() for v in o.operands) \
+                and out[at - 1].name != "tile.for" \
+                and not (out[at - 1].name == "tile.copy" and out[at - 1].operands[0].type.space == "global"):
+            at -= 1
+        out.insert(at, op)
+    return out
+
+
 def shared_accesses(op: Op) -> tuple[list, object]:
     """(shared tiles `op` reads, shared tile it writes or None), in the block's own instances:
     every writing op writes its last operand and reads the others (and the last one too when it

@@ -190,6 +190,21 @@ def _loop_body(module):
     return next(op for op in module.walk() if op.name == "tile.for").body.ops
 
 
+def load_straight_into_prev(tmp_path, target: str):
+    """HOIST optimized for `target`, its IR edited so that the loop's load goes straight into
+    `prev` (the copy through a fresh tile removed): `acc += prev * (k + 1)` then reads the tile
+    that the load overwrites, so the load must stay after it."""
+    path = tmp_path / "hoist.tk"
+    path.write_text(HOIST)
+    module = driver.optimize(driver.frontend(str(path)), target)
+    body = _loop_body(module)
+    load = next(op for op in body if op.name == "tile.copy" and op.operands[0].type.space == "global")
+    move = next(op for op in body if op.name == "tile.copy" and op.operands[0] is load.operands[1])
+    load.operands[1] = move.operands[1]
+    body.remove(move)
+    return module
+
+
 def test_loads_move_to_the_start_of_a_trip(tmp_path):
     """The loop's load of the next window is emitted first in the trip, before the multiply-add
     that reads the previous one (a copy into a fresh tile, then into `prev`)."""
@@ -205,14 +220,7 @@ def test_a_load_into_a_tile_read_earlier_stays_after_the_read(tmp_path):
     """The same kernel with the load written straight into `prev` (IR edited: the copy through a
     fresh tile removed): `acc += prev * (k + 1)` must read the previous trip's window, so the
     load cannot move above it."""
-    path = tmp_path / "hoist.tk"
-    path.write_text(HOIST)
-    module = driver.optimize(driver.frontend(str(path)), "cuda")
-    body = _loop_body(module)
-    load = next(op for op in body if op.name == "tile.copy" and op.operands[0].type.space == "global")
-    move = next(op for op in body if op.name == "tile.copy" and op.operands[0] is load.operands[1])
-    load.operands[1] = move.operands[1]
-    body.remove(move)
+    module = load_straight_into_prev(tmp_path, "cuda")
     src = cuda.emit(module)
     trip = src[src.index("for (int k = 1;"):]
     assert trip.index("tile.elementwise(%prev, ") < trip.index("tile.copy(%X, %prev)")
