@@ -657,16 +657,11 @@ class _Emitter:
             self.line(depth, "T.sync_threads()")
 
     def hoist_loads(self, ops: list[Op]) -> list[Op]:
-        """`ops` (the body of a serial or unrolled loop) in emission order: every copy of a window
-        of an input tensor (one the kernel never writes) into a fragment moves up to the start of
-        the body, or to just after the last earlier op that touches that fragment, a loop or
-        another global load, so a trip's loads are in flight together before its first barrier
-        (decode attention: the V rows load with the K rows, not after the softmax's reductions).
-        TileLang issues a fragment's T.copy where it stands, and the barriers of the reductions
-        in between keep nvcc from moving it. The offsets name only grid, loop and runtime scalar
-        indices, defined before the body; a fragment's elements are its own threads', so no
-        barrier is needed. The same rule as the CUDA backend's (codegen/cuda_access.py
-        `hoist_loads`); pipelined loops keep their order, which T.Pipelined's stages follow."""
+        """`ops` (the body of a serial or unrolled loop) with its input loads into fragments moved
+        up (dsl/ops.py `hoist_input_loads`): TileLang issues a fragment's T.copy where it stands,
+        and the barriers of the reductions in between keep nvcc from moving it (decode attention:
+        the V rows then load with the K rows). A fragment's elements are its own threads', so no
+        barrier is needed; pipelined loops keep their order, which T.Pipelined's stages follow."""
         return hoist_input_loads(self.m.func, ops, lambda tile: tile.type.space in ("frag", "local")
                                  and id(tile) not in self.shared_tiles and not self.registers_shared)
 

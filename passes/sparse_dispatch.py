@@ -94,7 +94,7 @@ class Rates:
 # TB/s of operands), 11.1 ns at K = 32 (0.68 ps per position); a dot-product entry 17 ps at K = 32
 # (10000^2, 5M uniform) and 75-85 ps at K = 256 (1M to 5M entries), so 8 ps of fixed work per
 # entry and B's rows at 8 TB/s. At K = 32 tiles of 819 entries (5% density) now go to tensor
-# cores (0.069 ms against 0.085 as dot products); the K = 256 threshold is 255 entries.
+# cores (0.069 ms against 0.085 as dot products); the K = 256 threshold is 254 entries.
 RATES = {"sm_90": Rates(l2_bytes=4.0e12, mma_flops=180e12, wgmma_flops=415e12, wgmma_l2_bytes=7.8e12,
                         fma_flops=67e12, dot_bytes=8.0e12, dot_floor=8.0e-12, tile_floor=1.3e-12,
                         wgmma_tile_floor=0.68e-12,

@@ -6,10 +6,9 @@ operands; against torch in float64 on the same inputs (tolerance from tkc/oracle
 the kernel's dtypes and K). Inputs and outputs are fenced by NaN (tests/fenced.py): a store
 outside P or an entry left unwritten fails.
 
-Run on the device machine: `python3 -m pytest -q -m gpu -n 8 --dist loadgroup tests/gpu/test_gpu_sddmm.py
-tests/gpu/test_gpu_sddmm_wgmma.py` (the issue's GPU tests). Each example case builds one kernel
-(one shape, every split), so the TileLang builds (10-40 s each) spread over the workers; the
-cases that share builds are xdist groups, built once on one worker.
+Run on the device machine: `python3 -m pytest -q -m gpu -n 8 tests/gpu/test_gpu_sddmm.py
+tests/gpu/test_gpu_sddmm_wgmma.py` (the issue's GPU tests). Each case builds one kernel (one
+shape, every split), so the TileLang builds (10-40 s each) spread over the workers.
 """
 
 from __future__ import annotations
@@ -80,12 +79,6 @@ def _operands(M: int, N: int, K: int, dtype, seed: int):
     return A.cuda(), B.cuda()
 
 
-def _grouped(names: str, rows) -> tuple:
-    """parametrize arguments whose cases share an xdist group per (target, example): the first
-    two values of each row."""
-    return names, [pytest.param(*row, marks=pytest.mark.xdist_group(f"sddmm-{row[0]}-{row[1]}")) for row in rows]
-
-
 SHAPES = [(157, 203, 40, 3000, "uniform"),  # partial tiles, K % 16 != 0
           (300, 260, 256, 30000, "rmat"),  # dense and sparse tiles
           (64, 48, 24, 64 * 48, "uniform")]  # every position
@@ -106,8 +99,8 @@ def test_examples_on_both_paths(target, example, shape, cache_dir):
         _check(kernel, A, B, p)
 
 
-@pytest.mark.parametrize(*_grouped("target, example", [(t, "odd-k") for t in TARGETS]))
-def test_odd_k_empty_rows_and_empty_pattern(target, example, cache_dir):
+@pytest.mark.parametrize("target", TARGETS)
+def test_odd_k_empty_rows_and_empty_pattern(target, cache_dir):
     kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target=target, cache_dir=cache_dir)
     A, B = _operands(90, 70, 13, torch.float16, 7)  # K = 13: no 16-byte vectors
     p = sp.uniform(90, 70, 400, seed=3)
@@ -124,7 +117,8 @@ def test_odd_k_empty_rows_and_empty_pattern(target, example, cache_dir):
     assert kernel(A, B, sp.uniform(90, 70, 0)).numel() == 0
 
 
-@pytest.mark.parametrize(*_grouped("target, dtype", [(t, d) for t in TARGETS for d in ("bf16", "f32")]))
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_other_operand_dtypes(target, dtype, tmp_path, cache_dir):
     src = open(os.path.join(ROOT, "examples", "sddmm.tk")).read().replace("f16[", f"{dtype}[")
     path = tmp_path / f"sddmm_{dtype}.tk"
