@@ -13,8 +13,12 @@ the estimate is what the kernels declare (tests/test_smem_fit.py: ptxas and Tile
     max(stages, products).
     - `wgmma` (sm_90 warpgroup mma, `wgmma_fits`: f16/bf16, K a multiple of 8, BM a multiple of
       64 with one warpgroup of 128 threads per 64 rows, BNP at most 256): WGMMA_STAGES stages of A's rows [BMP][64]
-      and Bt's rows (B's columns) [BNP][64], 128-byte rows in the 128-byte swizzle wgmma's descriptors
-      name, no padding, BK = 64, the base aligned to 1024 bytes (1024 bytes of slack counted).
+      and B's chunk, 128-byte rows in the 128-byte swizzle wgmma's descriptors name, no padding,
+      BK = 64, the base aligned to 1024 bytes (1024 bytes of slack counted). B's chunk is read from
+      B itself (`reads_b`: N-major descriptors, `n_major_fits`: N a multiple of 8, BNP of 64, one
+      wave of tiles) as
+      BNP / 64 groups of [64 K rows][64 columns], else from Bt (B transposed by the runtime) as
+      [BNP][64]: the same bytes either way.
     - `mma.sync` m16n8k16 otherwise: A's rows [BMP][BK + 8] and B's columns [BK][BNP + 8] (8
       elements of row padding keep ldmatrix rows on distinct banks), BK K rounded up to 16, at
       most 64, halved while the stages exceed SMEM_BUDGET.
@@ -61,6 +65,7 @@ ROW_PAD = 8  # elements after each staged row (16 bytes of f16: ldmatrix rows on
 # the wgmma tile 7-14% slower on an H100, benchmarks/probes/sddmm_tile_variants.py, 2026-11-27)
 PRODUCT_PAD = 8
 TRANSPOSE_TILE = 64  # B -> Bt tiles (elements per side)
+N_MAJOR_MAX_TILES = 264  # S's tiles up to which wgmma tiles read B N-major: one wave (132 SMs x 2 blocks of 128 x 128)
 # tilelang
 BK_MAX = 64  # K chunk of the GPU tile path: f16 rows of 128 bytes; K <= 64 is one chunk (rounded up to 16)
 STAGES = 2
@@ -115,6 +120,7 @@ class CudaTiles:
     transpose: int  # static bytes of the transposition kernel
     wgmma: bool = False  # the wgmma form (see the module docstring)
     stages: int = CUDA_STAGES  # K stages
+    reads_b: bool = False  # the wgmma form reads B [K, N] itself (N-major descriptors), not Bt
 
     @property
     def vec(self) -> int:
@@ -134,8 +140,10 @@ class CudaTiles:
         products = self.bmp * self.cpitch * 4
         if self.wgmma:
             return [Staged(f"`{a}`'s rows in K chunks", self.bmp, self.apitch, 0, self.dtype, self.stages),
-                    Staged(f"`{b}`'s columns in K chunks (B transposed)", self.bnp, self.bpitch, 0, self.dtype,
-                           self.stages),
+                    (Staged(f"`{b}`'s rows in K chunks (groups of 64 columns)", self.bk, self.bnp, 0, self.dtype,
+                            self.stages) if self.reads_b else
+                     Staged(f"`{b}`'s columns in K chunks (B transposed)", self.bnp, self.bpitch, 0, self.dtype,
+                            self.stages)),
                     Staged("the f32 products", self.bmp, self.cpitch, PRODUCT_PAD, "f32", 1,
                            f", in the stages' bytes after the K loop; {WGMMA_SLACK} bytes to align them")]
         stages = self.stages * self.stage_elems * DTYPES[self.dtype][0]
@@ -155,9 +163,23 @@ def wgmma_fits(bm: int, bn: int, k: int, dtype: str, threads: int) -> bool:
             and -(-bn // 8) * 8 <= 256)
 
 
-def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool, threads: int = 0) -> CudaTiles:
+def n_major_fits(bn: int, n: int, tiles: int) -> bool:
+    """Whether a wgmma tile reads B [K, N] itself through N-major descriptors (no transposed
+    copy for the tiles): N a multiple of 8 (16-byte vectors along B's rows, each wholly in or past
+    N), BN padded to 8 a multiple of 64 (whole 128-byte swizzled rows of 64 columns, the canonical
+    N-major layout; narrower groups were not tried), and at most N_MAJOR_MAX_TILES tiles in S's
+    grid (`tiles`: cdiv(M, BM) x cdiv(N, BN)). Where every tile's block is resident at once the
+    launch is latency-bound and the transpose's launch is what reading B saves; over more waves the
+    tiles reading Bt were faster (H100, 2026-11-27, docs/PERFORMANCE.md: 10000^2 with 5M entries,
+    K = 256, 139.7 against 154.2 us as graph replays; 1504^2 with 746k, 144 tiles, 11.4 against 8.8)."""
+    return n > 0 and n % 8 == 0 and -(-bn // 8) * 8 % WGMMA_BK == 0 and 0 < tiles <= N_MAJOR_MAX_TILES
+
+
+def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool, threads: int = 0, n: int = 0,
+               m: int = 0) -> CudaTiles:
     """codegen/cuda_sddmm.py's tiles for BM x BN tiles over K of `dtype` operands (`tc`: with the
-    tensor-core kernel, `cuda_tensor_cores`) and `threads` per block; see the module docstring."""
+    tensor-core kernel, `cuda_tensor_cores`), `threads` per block and S's M x N (0: unknown, so
+    the wgmma form reads Bt); see the module docstring."""
     esize = DTYPES[dtype][0]
     transpose = TRANSPOSE_TILE * (TRANSPOSE_TILE + 16 // esize) * esize
     if tc and wgmma_fits(bm, bn, k, dtype, threads):
@@ -166,7 +188,8 @@ def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool, threads: int = 0)
         stage_elems = (bmp + bnp) * bk
         cpitch = bnp + PRODUCT_PAD
         smem = max(WGMMA_STAGES * stage_elems * esize, bmp * cpitch * 4) + WGMMA_SLACK
-        return CudaTiles(tc, dtype, bmp, bnp, kp, bk, bk, bk, cpitch, stage_elems, smem, transpose, True, WGMMA_STAGES)
+        return CudaTiles(tc, dtype, bmp, bnp, kp, bk, bk, bk, cpitch, stage_elems, smem, transpose, True, WGMMA_STAGES,
+                         n_major_fits(bn, n, -(-m // bm) * -(-n // bn)))
     mm, mn, mk = MMA_SHAPE
     bmp, bnp = -(-bm // mm) * mm, -(-bn // mn) * mn
     kp = -(-k // mk) * mk
@@ -271,10 +294,12 @@ class Dims:
     threads: int
     dot_below: int
     names: tuple[str, str] = ("A", "B")  # the operands', for the notes
+    m: int = 0  # A's rows (S's M)
 
     def cuda(self) -> CudaTiles:
         return cuda_tiles(self.bm, self.bn, self.k, self.a_dtype,
-                          cuda_tensor_cores(self.a_dtype, self.dot_below, self.bm, self.bn), self.threads)
+                          cuda_tensor_cores(self.a_dtype, self.dot_below, self.bm, self.bn), self.threads, self.n,
+                          self.m)
 
     def tilelang(self) -> TlTiles:
         return tilelang_tiles(self.bm, self.bn, self.k, self.n, self.a_dtype, self.b_dtype, self.threads)
@@ -295,7 +320,8 @@ def dims(launch: Op, op: Op, env: dict[str, int]) -> Dims:
     a, b = op.operands[:2]
     bm, bn = (value(t) for t in op.attrs["tile"])
     return Dims(bm, bn, value(a.type.shape[1]), value(b.type.shape[1]), a.type.dtype, b.type.dtype,
-                value(str(launch.attrs.get("threads", "128"))), int(op.attrs.get("dot_below", 0)), (str(a), str(b)))
+                value(str(launch.attrs.get("threads", "128"))), int(op.attrs.get("dot_below", 0)), (str(a), str(b)),
+                value(a.type.shape[0]))
 
 
 @dataclass(frozen=True)

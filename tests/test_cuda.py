@@ -39,6 +39,7 @@ FILES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.tk"))) + sorted(
 # kernels, a grid per pattern): nvcc checks it below, at the defaults and without 16-byte vectors
 SDDMM = [(p, {}) for p in FILES if "tiles(" in open(p, encoding="utf-8").read()]
 SDDMM.append((os.path.join(ROOT, "examples", "sddmm.tk"), {"K": 13, "N": 91}))
+SDDMM.append((os.path.join(ROOT, "examples", "sddmm.tk"), {"M": 1504, "N": 1504}))  # one wave of tiles: over B
 FILES = [p for p in FILES if "tiles(" not in open(p, encoding="utf-8").read()]
 # a kernel with dynamic dims (issue 13): through `cuda` each is an int kernel argument (checked
 # below); it and its static form (the `dynamic` clause dropped) go through nvcc with the others
@@ -170,10 +171,15 @@ def test_nvcc_accepts_the_sddmm_kernels(compiled, generated, path, defines):
         ([config["sddmm"]["tc_kernel"]] if config["sddmm"]["tc_kernel"] else [])
     for name in names:  # every kernel the runtime launches is defined, extern "C"
         assert f'extern "C" __global__ void __launch_bounds__' in source and f" {name}(" in source, name
-    # the tile kernel's form: wgmma where passes/smem_sddmm.wgmma_fits (sddmm.tk), else mma.sync
+    # the tile kernel's form: wgmma where passes/smem_sddmm.wgmma_fits (sddmm.tk at K = 256), else
+    # mma.sync; its tiles read B itself (N-major descriptors) at 1504^2 (144 tiles), else Bt
+    # (4000^2: 1024 tiles, more than one wave)
     wgmma, mma = "wgmma.mma_async" in source, "tk_mma_16816<__half>" in source
     assert (wgmma or mma) == bool(config["sddmm"]["tc_kernel"]) and not (wgmma and mma)
-    assert wgmma == bool(config["sddmm"].get("tc_reads_bt")) == (os.path.basename(path) == "sddmm.tk" and not defines)
+    assert wgmma == (os.path.basename(path) == "sddmm.tk" and "K" not in defines)
+    n_major = wgmma and defines.get("N") == 1504
+    assert bool(config["sddmm"].get("tc_reads_bt")) == (wgmma and not n_major)
+    assert ("tk_wgmma_desc_n(sb)" in source) == n_major == ("p, 1, 1, 0, 1;" in source)  # the descriptor, imm-trans-b = 1
 
 
 # ---- every example and program --------------------------------------------------------------

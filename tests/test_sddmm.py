@@ -527,6 +527,18 @@ def test_wgmma_form_where_it_fits():
             bmp, bnp = -(-args[0] // 64) * 64, -(-args[1] // 8) * 8
             assert (t.bmp, t.bnp, t.bk, t.apitch, t.bpitch) == (bmp, bnp, 64, 64, 64)
             assert t.smem == max(WGMMA_STAGES * (bmp + bnp) * 64 * 2, bmp * (bnp + PRODUCT_PAD) * 4) + WGMMA_SLACK
+        assert not t.reads_b  # B's N columns unknown: the tiles read Bt
+    # with M and N known: B itself (N-major) where N % 8 == 0, BN padded to 8 is a multiple of 64
+    # and S has at most one wave of tiles (N_MAJOR_MAX_TILES), in the same bytes as Bt's rows
+    for (bm, bn, threads), (m, n), reads_b in (
+            ((128, 128, 256), (1504, 1504), True), ((128, 128, 256), (1504, 1508), False),
+            ((128, 128, 256), (2048, 2048), True), ((128, 128, 256), (2048, 2056), False),
+            ((128, 128, 256), (4000, 4000), False), ((64, 40, 128), (100, 400), False),
+            ((192, 64, 384), (600, 136), True), ((64, 60, 128), (70, 72), True), ((64, 256, 128), (5, 8), True)):
+        t, bt = cuda_tiles(bm, bn, 256, "f16", True, threads, n, m), cuda_tiles(bm, bn, 256, "f16", True, threads)
+        assert t.wgmma and t.reads_b == reads_b, (bm, bn, m, n)
+        assert (t.smem, t.stage_elems) == (bt.smem, bt.stage_elems)
+    assert not cuda_tiles(128, 128, 256, "f16", True, 128, 1504, 1504).reads_b  # (mma.sync: 128 threads, BM = 128)
 
 
 @pytest.mark.parametrize("k, per_tile, path", [(256, 484, "tiles"), (256, 290, "tiles"), (256, 242, "dots"),
