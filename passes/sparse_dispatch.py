@@ -211,8 +211,10 @@ def explain(module: Module, target: str = "sm_90") -> list[str]:
             f"  dot product:      {e.t_dot * 1e9:.3f} ns per entry (fixed work of {e.rates.dot_floor * 1e12:.1f} ps, "
             f"{e.k * e.elem} bytes of B from L2 at "
             f"{e.rates.dot_bytes / 1e12:.1f} TB/s, {2 * e.k} f32 flops at {e.rates.fma_flops / 1e12:.0f} TFLOP/s)\n"
-            f"  choice: a tile with fewer than {used} entries ({100 * used / area:.1f}% of its {area} positions) is "
-            f"computed as dot products, the others on tensor cores"
+            + (f"  choice: a tile with fewer than {used} entries ({100 * used / area:.1f}% of its {area} positions) is "
+               f"computed as dot products, the others on tensor cores" if used <= area else
+               f"  choice: every entry is computed as a dot product (a tile of {area} position"
+               f"{'s' * (area != 1)} never reaches the {used} entries that tensor cores need)")
             + ("" if used == e.dot_below else f" (fixed by the pass option; the cost model says {e.dot_below})")
             + f"\n  rates: {e.rates.source}")
     return out

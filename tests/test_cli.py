@@ -187,6 +187,45 @@ def test_run_with_tensors_too_large_to_allocate_is_a_user_error(capsys, cache_di
     assert "note: choose smaller dims with -D" in err and "internal" not in err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (("--seed", str(2**64)), "<command line>:1:1: error: --seed must be an integer in [-2^63, 2^64), got 18446744073709551616"),
+    (("--check", "--rtol", "nan"), "<command line>:1:1: error: --rtol must be a finite number >= 0, got nan"),
+    (("--check", "--rtol", "-1"), "<command line>:1:1: error: --rtol must be a finite number >= 0, got -1.0"),
+])
+def test_run_options_out_of_range_are_user_errors(capsys, cache_dir, argv, message):
+    path = os.path.join(ROOT, "examples", "rmsnorm.tk")
+    rc, out, err = cli(capsys, "--cache-dir", cache_dir, "run", path, "--target", "interp", "-D", "B=2", "-D", "N=64",
+                       *argv)
+    assert rc == 1 and out == "" and err.startswith(message + "\n") and "internal" not in err
+
+
+@pytest.mark.parametrize("pos, message", [
+    ("100", "examples/attention.tk:19:14: error: requirement `pos < 100` does not hold at this call"),
+    ("2147483648", "examples/attention.tk:14:88: error: runtime scalar `pos` is 2147483648; it must be in [0, 2^31)"),
+])
+def test_run_with_a_runtime_scalar_out_of_range_reports_the_kernel_s_check(capsys, cache_dir, pos, message):
+    """The random inputs are scaled by the reference (so no output overflows); a reference that
+    fails on a scalar past a `requires` must not hide the call's own located error."""
+    path = os.path.join(ROOT, "examples", "attention.tk")
+    rc, out, err = cli(capsys, "--cache-dir", cache_dir, "run", path, "--target", "interp", "--check",
+                       "-D", "H=4", "-D", "KVD=256", "-D", "S=100", "-D", f"pos={pos}")
+    assert rc == 1 and out == "" and message in err and "reference expression failed" not in err
+
+
+def test_unwritable_outputs_and_caches_are_user_errors(capsys, tmp_path):
+    path = os.path.join(ROOT, "examples", "rmsnorm.tk")
+    folder, a_file = tmp_path / "out", tmp_path / "a_file"
+    folder.mkdir()
+    a_file.write_text("")
+    rc, out, err = cli(capsys, "--cache-dir", str(tmp_path / "c"), "compile", path, "-o", str(folder))
+    assert rc == 1 and err.startswith(f"{folder}: error: cannot write `{folder}`: it is a folder\n")
+    assert os.listdir(folder) == [] and os.listdir(tmp_path / "c")  # no temporary file left behind
+    rc, out, err = cli(capsys, "--cache-dir", str(a_file), "compile", path)
+    assert rc == 1 and out == "" and "it is a file, not a folder" in err and "internal" not in err
+    rc, out, err = cli(capsys, "--cache-dir", str(a_file / "below"), "compile", path)
+    assert rc == 1 and out == "" and "as the compile cache" in err and "internal" not in err
+
+
 # ---- the cache -------------------------------------------------------------------------------
 def test_second_compile_is_served_from_the_cache(tmp_path):
     cache = Cache(str(tmp_path))

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from tkc.models import llama_files as lf
 from tkc.models.generate import generate
@@ -61,7 +62,10 @@ def test_sampling_with_a_seed_is_reproducible(model_dir):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--temperature", "-1"], "--temperature must be >= 0"),
+    (["--temperature", "-1"], "--temperature must be a finite number >= 0"),
+    (["--temperature", "nan"], "--temperature must be a finite number >= 0, got nan"),
+    (["--target", "cuda"] if not torch.cuda.is_available() else ["--temperature", "inf"],
+     "needs a CUDA GPU" if not torch.cuda.is_available() else "--temperature must be a finite number"),
     (["--topp", "1.5"], "--topp must be in (0, 1]"),
     (["--seed", "0"], "--seed must be a positive int"),
     (["--tokenizer", "missing.bin"], "missing.bin"),

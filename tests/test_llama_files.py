@@ -228,6 +228,9 @@ def test_error_head_divisibility(tmp_path):
     path, data = written(tmp_path, "v1")
     patched(path, data, 24, "<i", 3)
     assert "n_heads=4 is not a multiple of n_kv_heads=3" in load_error(path)
+    path, data = written(tmp_path)
+    patched(path, data, 12, "<i", 64)  # head_size 1: RoPE's pairs would straddle heads
+    assert "head_size = dim / n_heads = 64 / 64 = 1 is odd" in load_error(path)
 
 
 def test_error_unknown_version(tmp_path):

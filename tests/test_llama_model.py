@@ -51,6 +51,21 @@ def test_step_logits_match_the_reference(tmp_path, fmt, dtype, n_kv_heads, share
         assert err < TOLERANCE[dtype], f"{dtype} position {pos}: relative error {err:.2e} against the reference"
 
 
+@pytest.mark.parametrize("dim, n_heads, n_kv_heads", [(24, 4, 2), (8, 4, 4)], ids=["head-size-6", "head-size-2"])
+def test_head_sizes_of_4k_plus_2_match_the_reference(tmp_path, dim, n_heads, n_kv_heads):
+    """A head of 4k + 2 columns (qkv_rope.tk's default BD = 4 rows per block does not divide it):
+    the model takes 2 rows per block, and the logits match the reference."""
+    config = lf.Config(dim=dim, hidden_dim=32, n_layers=2, n_heads=n_heads, n_kv_heads=n_kv_heads, vocab_size=50,
+                       seq_len=16, shared_classifier=True)
+    path = tmp_path / "model.bin"
+    lf.write_legacy(path, config, lf.random_weights(config, seed=dim, scale=0.3))
+    config, weights = lf.load_checkpoint(path)
+    model, ref = Llama(config, weights, target=TARGET), TorchLlama(config, weights)
+    for pos, token in enumerate([1, 17, 40, 3, 9]):
+        err = _rel(model.step(token, pos), ref.step(token, pos))
+        assert err < TOLERANCE["f32"], f"position {pos}: relative error {err:.2e} against the reference"
+
+
 def test_greedy_tokens_match_the_reference():
     vocab, scores = lf.byte_level_vocab([b" t", b"he", b"in", b"ing", b"th"])
     tok = lf.Tokenizer(vocab, scores)

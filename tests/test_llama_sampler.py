@@ -115,7 +115,21 @@ def test_xorshift_coins_are_run_c_s():
     assert s.random_f32() == pytest.approx(0.835739851, abs=1e-9)
 
 
-@pytest.mark.parametrize("kwargs, message", [({"temperature": -1.0}, "temperature"), ({"seed": 0}, "seed")])
+@pytest.mark.parametrize("topp", [0.9, 1.0])
+@pytest.mark.parametrize("temperature", [1e-40, 1e-320, 1e-30])
+def test_a_tiny_temperature_samples_the_argmax(temperature, topp):
+    """logits / temperature overflows to inf (inf - inf is NaN in the softmax): the sampler
+    shifts by the max first, so a tiny temperature picks the argmax, as temperature 0 does."""
+    gen = torch.Generator().manual_seed(3)
+    for seed in range(1, 6):
+        logits = torch.randn(50, generator=gen) * 4
+        s = Sampler(50, temperature, topp, seed)
+        assert [s(logits) for _ in range(3)] == [int(logits.argmax())] * 3
+
+
+@pytest.mark.parametrize("kwargs, message", [({"temperature": -1.0}, "temperature"), ({"seed": 0}, "seed"),
+                                             ({"temperature": float("nan")}, "temperature"),
+                                             ({"temperature": float("inf")}, "temperature")])
 def test_bad_sampler_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Sampler(10, **{"temperature": 1.0, "topp": 0.9, "seed": 1, **kwargs})

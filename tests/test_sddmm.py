@@ -555,3 +555,22 @@ def test_dispatch_puts_wgmma_tiles_on_tensor_cores_where_measured_faster(k, per_
     wg = estimate(128, 128, k, 2, RATES["sm_90"], wgmma=True)
     assert (per_tile >= wg.dot_below) == (path == "tiles"), wg
     assert estimate(128, 128, 256, 2, RATES["sm_90"]).dot_below > 484  # the mma.sync form's threshold
+
+
+@pytest.mark.parametrize("tile, choice", [
+    ({}, "choice: a tile with fewer than 254 entries (1.6% of its 16384 positions) is computed as dot products"),
+    ({"BM": 1, "BN": 1}, "choice: every entry is computed as a dot product (a tile of 1 position never reaches the"),
+    ({"BM": 2, "BN": 2}, "choice: every entry is computed as a dot product (a tile of 4 positions never reaches the"),
+])
+def test_explain_states_the_split_it_makes(tile, choice):
+    """`tkc compile --explain`'s choice line: the threshold as a share of the tile, or, where a
+    tile cannot hold as many entries as the threshold, that every entry is a dot product (never a
+    share over 100%)."""
+    from passes.sparse_dispatch import explain
+    from tkc import driver
+
+    module = driver.optimize(driver.frontend(os.path.join(ROOT, "examples", "sddmm.tk"), tile), "cuda")
+    text = "\n".join(explain(module))
+    assert choice in text
+    if tile:
+        assert "% of its" not in text

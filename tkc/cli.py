@@ -183,9 +183,24 @@ def _reproducer(argv: list[str], path: str | None) -> str | None:
 
 
 def _cache(args):
+    """The cache under --cache-dir (or the default root); a located user error when that path
+    cannot hold one (a regular file, a folder that cannot be created or written)."""
     from tkc.cache import Cache
 
-    return Cache(args.cache_dir)
+    cache = Cache(args.cache_dir)
+    if os.path.exists(cache.root) and not os.path.isdir(cache.root):
+        raise error(Loc(cache.root, 0, 0), f"cannot use `{cache.root}` as the compile cache: it is a file, not a folder",
+                    "pass a writable folder with --cache-dir")
+    try:
+        os.makedirs(cache.root, exist_ok=True)
+        usable = os.access(cache.root, os.W_OK | os.X_OK)
+        reason = "it is not writable"
+    except OSError as exc:
+        usable, reason = False, exc.strerror or type(exc).__name__
+    if not usable:
+        raise error(Loc(cache.root, 0, 0), f"cannot use `{cache.root}` as the compile cache: {reason}",
+                    "pass a writable folder with --cache-dir")
+    return cache
 
 
 def cmd_compile(args) -> int:
@@ -229,7 +244,10 @@ def _model_schedule(path: str, defines: dict[str, int], dynamic: tuple[str, ...]
 
 
 def _write_atomic(path: str, text: str) -> None:
-    """Write `path` whole or not at all (no partial output file on failure)."""
+    """Write `path` whole or not at all (no partial output file on failure); a located user
+    error when it cannot be written (a folder, a missing or read-only folder)."""
+    if os.path.isdir(path):
+        raise error(Loc(path, 0, 0), f"cannot write `{path}`: it is a folder", "give a file name with -o")
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".tkc-", dir=folder)
@@ -239,6 +257,10 @@ def _write_atomic(path: str, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise error(Loc(path, 0, 0), f"cannot write `{path}`: {exc.strerror or type(exc).__name__}") from None
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -321,6 +343,12 @@ def cmd_tune(args) -> int:
 def cmd_run(args) -> int:
     from tkc import check
 
+    where = Loc("<command line>", 1, 1)
+    if not -2**63 <= args.seed < 2**64:  # what torch.Generator.manual_seed takes
+        raise error(where, f"--seed must be an integer in [-2^63, 2^64), got {args.seed}")
+    if args.rtol is not None and not 0 <= args.rtol < float("inf"):  # (NaN fails too)
+        raise error(where, f"--rtol must be a finite number >= 0, got {args.rtol}",
+                    "leave it out for the tolerance derived from the kernel's dtypes and reduction length")
     return check.run_file(args.file, args.target, dict(args.defines), args.seed, args.check, args.rtol,
                           _cache(args), args.inputs)
 
@@ -336,13 +364,20 @@ def cmd_llama(args) -> int:
     from tkc.models.llama import Llama
 
     model_loc = Loc(args.model, 0, 0)
-    if args.temperature < 0:
-        raise error(model_loc, f"--temperature must be >= 0, got {args.temperature}", "0 is greedy decoding")
+    if not args.temperature >= 0 or args.temperature == float("inf"):  # (NaN fails both)
+        raise error(model_loc, f"--temperature must be a finite number >= 0, got {args.temperature}",
+                    "0 is greedy decoding")
     if not 0 < args.topp <= 1:
         raise error(model_loc, f"--topp must be in (0, 1], got {args.topp}", "1 turns top-p sampling off")
     seed = args.seed if args.seed is not None else int(time.time())
     if seed <= 0:
         raise error(model_loc, f"--seed must be a positive int, got {seed}")
+    if args.target in ("cuda", "tilelang"):
+        import torch
+
+        if not torch.cuda.is_available():  # the user's machine, not a tkc bug
+            raise error(model_loc, f"target `{args.target}` needs a CUDA GPU, and torch sees none",
+                        "run on the CPU with `--target tilelang-cpu` (or `--target interp`), or leave `--target` out")
     config, weights = llama_files.load_checkpoint(args.model)
     tok_path = args.tokenizer
     if tok_path is None:

@@ -155,7 +155,8 @@ class Llama:
         else:
             f16 = dtype == "f16"
             qkv = {**(caches or {}), **({"WQ": "f16", "WK": "f16", "WV": "f16"} if f16 else {})}
-            plan = common + [("qkv_rope", qkv, {"HD": c.head_size}),
+            # (rows of q/k/v per block: 4, or 2 where a head has 4k + 2 columns)
+            plan = common + [("qkv_rope", qkv, {"HD": c.head_size, "BD": 4 if c.head_size % 4 == 0 else 2}),
                              ("rmsnorm_matmul", {"W": "f16"} if f16 else None, {}),
                              ("matmul_residual", {"W": "f16"} if f16 else None, {}),
                              ("rmsnorm_ffn_gate", {"W1": "f16", "W3": "f16"} if f16 else None, {}),
@@ -169,7 +170,8 @@ class Llama:
             # one work item per block in every phase where the GPU holds that many blocks (rows of
             # 4 for q/k/v, wo and w2, of 8 for w1/w3; a head for attention)
             items = max(c.dim // 4, c.n_heads, -(-c.hidden_dim // 8))
-            consts = {"HD": c.head_size, "BT": 128, "NB": min(items, 264), **(layer_consts or {})}
+            consts = {"HD": c.head_size, "BT": 128, "NB": min(items, 264), **({} if c.head_size % 4 == 0 else {"BD": 2}),
+                      **(layer_consts or {})}
             keep = {"embedding", "rmsnorm_matmul"}
             plan = [p for p in plan if p[0] in keep] + [("llama_layer", retype or None, consts)]
         self.k = {key: tkc.compile(example_variant(key.split(":")[0], work, retype), target=self.target,

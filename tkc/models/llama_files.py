@@ -276,6 +276,11 @@ def _check_header_values(loc: Loc, names_values: list[tuple[str, int]], legacy: 
         raise error(loc, f"dim={vals['dim']} is not a multiple of n_heads={vals['n_heads']} "
                          "(head_size = dim / n_heads must be whole)",
                     "the header is damaged or not a llama2.c checkpoint; " + _REEXPORT)
+    if vals["dim"] // vals["n_heads"] % 2:
+        raise error(loc, f"head_size = dim / n_heads = {vals['dim']} / {vals['n_heads']} = "
+                         f"{vals['dim'] // vals['n_heads']} is odd; tkc's RoPE kernels rotate pairs of columns "
+                         "within a head, so it must be even",
+                    "export the model with an even head size (every llama2.c model is: 48, 64, 128)")
     if vals["n_heads"] % vals["n_kv_heads"]:
         raise error(loc, f"n_heads={vals['n_heads']} is not a multiple of "
                          f"n_kv_heads={vals['n_kv_heads']} (each key/value head serves "

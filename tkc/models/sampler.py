@@ -25,12 +25,12 @@ class Sampler:
         seed: the xorshift state's start (run.c: `--seed`, default the time); must be > 0.
 
     Raises:
-        ValueError: a negative temperature, or a seed of 0 (xorshift would stay at 0).
+        ValueError: a negative, infinite or NaN temperature, or a seed of 0 (xorshift would stay at 0).
     """
 
     def __init__(self, vocab_size: int, temperature: float = 1.0, topp: float = 0.9, seed: int = 1):
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if not 0 <= temperature < float("inf"):  # (NaN fails too)
+            raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
         if seed <= 0:
             raise ValueError(f"the seed must be a positive integer, got {seed}")
         self.vocab_size = vocab_size
@@ -56,7 +56,12 @@ class Sampler:
         logits = logits.detach().float().cpu()
         if self.temperature == 0.0:
             return int(torch.argmax(logits).item())
-        probs = torch.softmax(logits / self.temperature, dim=0)
+        scaled = logits / self.temperature
+        if not bool(torch.isfinite(scaled).all()):  # a tiny temperature overflows: the same softmax, shifted
+            # first (no inf - inf = NaN in it), in float64 (a temperature below float32's range is not 0 there)
+            d = logits.double()
+            scaled = ((d - d.max()) / self.temperature).float()
+        probs = torch.softmax(scaled, dim=0)
         coin = self.random_f32()
         if self.topp <= 0 or self.topp >= 1:
             return _sample_mult(probs, coin)
