@@ -157,7 +157,8 @@ class _Lowerer(ExprLowerer):
         entries = {p.dims[2][0] for p in k.inputs if S.is_sparse(p) and p.dims and len(p.dims) == 3}
         for name, v in self.dims.items():
             if v < 0 or v == 0 and name not in entries:  # a pattern may be empty (0 entries)
-                raise error(dims_used[name], f"dim `{name}` must be positive, got {v}")
+                raise error(dims_used[name], f"dim `{name}` must be {'non-negative' if name in entries else 'positive'}"
+                                             f", got {v}")
         for name, v in self.consts.items():
             if v < 0:  # 0 is a valid switch value (STAGE=0); tile extents are checked where used
                 raise error(k.consts[name][1], f"schedule constant `{name}` must not be negative, got {v}")
@@ -308,6 +309,10 @@ class _Lowerer(ExprLowerer):
         self.emit(launch)
         self.cluster = len(g.cluster)  # number of cluster dims (0: no cluster)
         self.grid_vars = list(g.vars) + list(g.ranks)
+        if tiles and len(stmts) > 2 and S.is_sampled_store(self, stmts[1]):  # every target runs what the GPU
+            # backends lower: one store (a first statement that is not one reports itself in _stmt)
+            raise error(stmts[2].loc, "the body of a `tiles` grid is one sampled gemm store; this is a second statement",
+                        "compute each sampled gemm in its own kernel")
         self.in_region(launch.body, list(g.vars) + list(g.ranks), stmts[1:], g.loc)
 
     def in_region(self, region: Region, index_vars, stmts, loc: Loc) -> None:

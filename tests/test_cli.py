@@ -298,3 +298,19 @@ def test_an_internal_error_exits_2_and_writes_a_reproducer(tmp_path, monkeypatch
     assert open(os.path.join(folder, "command.txt")).read() == f"tkc --cache-dir {tmp_path / 'c'} compile {path} -D N=256\n"
     assert open(os.path.join(folder, "miss.tk")).read() == open(path).read()
     assert "simulated backend bug" in open(os.path.join(folder, "traceback.txt")).read()
+    assert "(the command, the input and the traceback)" in err
+
+
+def test_a_reproducer_without_the_input_says_so(tmp_path, monkeypatch, capsys):
+    """A model file is not copied into the reproducer (it may be gigabytes): the note says to
+    attach it."""
+    from tkc.models import llama_files
+
+    def broken(path):
+        raise RuntimeError("simulated reader bug")
+
+    monkeypatch.setattr(llama_files, "load_checkpoint", broken)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert main(["llama", str(tmp_path / "model.bin"), "--temperature", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "(the command and the traceback; attach the input file too)" in err

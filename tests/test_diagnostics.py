@@ -301,6 +301,10 @@ def test_dim_must_be_positive(capsys):
     rc, _, err = cli(capsys, "opt", path, "-D", "M=0")
     assert rc == 1
     assert err.startswith(f"{path}:") and "dim `M` must be positive, got 0" in err.splitlines()[0]
+    path, _ = example("sddmm")  # a pattern's entry count may be 0, not negative
+    rc, _, err = cli(capsys, "opt", path, "-D", "NNZ=-1")
+    assert rc == 1 and "dim `NNZ` must be non-negative, got -1" in err.splitlines()[0]
+    assert cli(capsys, "opt", path, "-D", "NNZ=0")[0] == 0
 
 
 @pytest.mark.parametrize("pipeline,col,message,notes", [

@@ -84,3 +84,9 @@ def test_bad_checkpoints_are_user_errors(model_dir, tmp_path):
     short.write_bytes((d / "model.bin").read_bytes()[:5000])
     r = _tkc(short, "--tokenizer", d / "tokenizer.bin")
     assert r.returncode == 1 and "needs" in r.stderr.decode() and "Traceback" not in r.stderr.decode()
+    alone = tmp_path / "alone.bin"  # no tokenizer.bin beside it (nor in the repository's root, the cwd)
+    alone.write_bytes((d / "model.bin").read_bytes())
+    r = _tkc(alone)
+    err = r.stderr.decode()
+    assert r.returncode == 1 and f"no tokenizer.bin next to the model ({tmp_path / 'tokenizer.bin'}) or in this folder" in err
+    assert "--tokenizer FILE" in err

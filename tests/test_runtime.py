@@ -238,6 +238,8 @@ def test_index_tensor_values_are_checked_at_launch(tmp_path):
         with pytest.raises(TkError) as info:
             kernel(table, torch.tensor([0, bad, 7], dtype=torch.int32))
         assert f"index tensor `ids` holds {bad}, outside [0, 50)" in info.value.render()
+        # located at the gather that reads it, as the GPU targets' in-kernel check
+        assert info.value.render().startswith(f"{EMBEDDING}:9:29: error:")
 
 
 def test_plain_kernels_take_the_short_path_and_keep_their_checks(tmp_path):

@@ -183,6 +183,9 @@ HEAD = "kernel k<BM=16, BN=16>(A: f16[M, K], B: f16[K, N], S: csr[M, N, NNZ]{ext
      "M", "", "`P` is f32[40]; a sampled gemm writes a float tensor of the pattern's entries [10] or of its shape [40, 40]"),
     ("    grid (tiles(S, BM, BN)) as (m, n)\n    x = zeros(f32[BM, BN])\n    P[S] = A[m*BM : +BM, :] @ B[:, n*BN : +BN]\n",
      "NNZ", "", "the body of a `tiles` grid is one sampled gemm store"),
+    ("    grid (tiles(S, BM, BN)) as (m, n)\n    P[S] = A[m*BM : +BM, :] @ B[:, n*BN : +BN]\n"
+     "    P[S] = A[m*BM : +BM, :] @ B[:, n*BN : +BN]\n",
+     "NNZ", "", "the body of a `tiles` grid is one sampled gemm store; this is a second statement"),
     ("    grid (tiles(S, BM, BN)) as (t)\n    P[S] = A[t*BM : +BM, :] @ B[:, t*BN : +BN]\n",
      "NNZ", "", "a `tiles` grid names 2 indices (the tile's row and column), got 1"),
     ("    grid (tiles(A, BM, BN)) as (m, n)\n    P[S] = A[m*BM : +BM, :] @ B[:, n*BN : +BN]\n",

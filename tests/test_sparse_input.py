@@ -268,6 +268,25 @@ def test_mtx_errors_name_the_file(tmp_path):
         read_mtx(dense)
 
 
+def test_mtx_files_that_break_the_format_or_tkc_s_limits_name_the_file(tmp_path):
+    """A folder, sizes past int32 (refused from the size line, before the entries are read), a
+    symmetric matrix that is not square, a skew-symmetric file that lists its (zero) diagonal."""
+    with pytest.raises(SparseInputError, match=rf"`{tmp_path}` is a folder, not a Matrix Market file"):
+        read_mtx(tmp_path)
+    huge = _mtx(tmp_path, HEADER + "3000000000 3 1\n1 1 1.0\n", "huge.mtx")
+    with pytest.raises(SparseInputError, match=r"huge\.mtx` declares 3000000000 rows; tkc takes 0 to 2147483647"):
+        read_mtx(huge)
+    for symmetry in ("symmetric", "skew-symmetric", "hermitian"):
+        field = "complex" if symmetry == "hermitian" else "real"
+        path = _mtx(tmp_path, f"%%MatrixMarket matrix coordinate {field} {symmetry}\n3 4 1\n2 1 1.0"
+                    + (" 0.0" if field == "complex" else "") + "\n", f"{symmetry}.mtx")
+        with pytest.raises(SparseInputError, match=rf"is a {symmetry} Matrix Market file of 3 x 4; a {symmetry} matrix is square"):
+            read_mtx(path)
+    skew = _mtx(tmp_path, "%%MatrixMarket matrix coordinate real skew-symmetric\n3 3 2\n2 1 1.0\n3 3 2.0\n", "skew.mtx")
+    with pytest.raises(SparseInputError, match=r"skew\.mtx` is skew-symmetric but lists the diagonal entry \(row 3, column 3\)"):
+        read_mtx(skew)
+
+
 def test_mtx_duplicates(tmp_path):
     dup = _mtx(tmp_path, HEADER + "3 3 3\n1 1 1.0\n2 1 2.0\n1 1 3.0\n")
     with pytest.raises(SparseInputError, match=r"lists entry \(row 1, column 1\) more than once"):

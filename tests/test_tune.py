@@ -311,8 +311,8 @@ def test_cli_dry_run_on_examples(capsys):
     (["--space", "BM=8", "--space", "BM=16"], "`--space BM` is given twice"),
     (["-D", "BQ=1"], "`-D BQ` names neither a dim nor a schedule constant"),
     (["--space", "BM=8", "--space", "BK=16,32"], "every one of the 16 configurations of `staged` is rejected"),
-    (["--top", "0"], "`--top`, `--jobs` and `--model-top` must be at least 1"),
-    (["--model-top", "0"], "`--top`, `--jobs` and `--model-top` must be at least 1"),
+    (["--top", "0"], "`--top` must be at least 1, got 0"),
+    (["--model-top", "0"], "`--model-top` must be at least 1, got 0"),
 ])
 def test_cli_errors_exit_1(capsys, staged, args, msg):
     rc, out, err = cli(capsys, "tune", staged, "--dry-run", *args)

@@ -158,8 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         folder = _reproducer(argv if argv is not None else sys.argv[1:], getattr(args, "file", None)
                              or getattr(args, "model", None))
         if folder:
-            print(f"note: a reproducer is in {folder} (the command, the input and the traceback): attach it to a "
-                  "bug report for tkc", file=sys.stderr)
+            kept = "the command, the input and the traceback" if any(
+                f.endswith((".tk", ".tkir")) for f in os.listdir(folder)) else \
+                "the command and the traceback; attach the input file too"
+            print(f"note: a reproducer is in {folder} ({kept}): attach it to a bug report for tkc", file=sys.stderr)
         return 2
 
 
@@ -311,8 +313,9 @@ def cmd_tune(args) -> int:
         if name in space:
             raise error(tune.COMMAND_LINE, f"`--space {name}` is given twice", "list every value in one `--space`")
         space[name] = values
-    if args.top < 1 or (args.jobs is not None and args.jobs < 1) or (args.model_top is not None and args.model_top < 1):
-        raise error(tune.COMMAND_LINE, "`--top`, `--jobs` and `--model-top` must be at least 1")
+    for flag, value in (("--top", args.top), ("--jobs", args.jobs), ("--model-top", args.model_top)):
+        if value is not None and value < 1:
+            raise error(tune.COMMAND_LINE, f"`{flag}` must be at least 1, got {value}")
     progress = sys.stderr.isatty()
     p = tune_search.plan(args.file, dict(args.defines), space, progress)
     if args.model_top is not None and p.survivors:
@@ -383,6 +386,9 @@ def cmd_llama(args) -> int:
     if tok_path is None:
         beside = os.path.join(os.path.dirname(os.path.abspath(args.model)), "tokenizer.bin")
         tok_path = beside if os.path.exists(beside) else "tokenizer.bin"
+        if not os.path.exists(tok_path):
+            raise error(model_loc, f"no tokenizer.bin next to the model ({beside}) or in this folder",
+                        "give llama2.c's tokenizer with --tokenizer FILE")
     tokenizer = llama_files.Tokenizer.load(tok_path, config.vocab_size)
     model = Llama(config, weights, target=args.target, cache_dir=args.cache_dir, dtype=args.dtype)
     steps = args.steps if 0 < args.steps <= config.seq_len else config.seq_len

@@ -663,8 +663,20 @@ def check_indices(module, tensors: dict, bounds: dict | None = None) -> None:
         lo_v, hi_v = (int(x) for x in torch.stack(torch.aminmax(t)).tolist())  # one host sync
         if lo_v < 0 or hi_v >= hi:
             bad = lo_v if lo_v < 0 else hi_v
-            raise error(module.func.loc, f"index tensor `{name}` holds {bad}, outside [0, {hi}) of what it indexes",
-                        "index values select rows (or columns) of a tensor and must lie inside it")
+            raise error(_index_site(module.func, name), f"index tensor `{name}` holds {bad}, outside [0, {hi}) of "
+                        "what it indexes", "index values select rows (or columns) of a tensor and must lie inside it")
+
+
+def _index_site(func, name: str):
+    """The location of the first copy whose offsets read index tensor `name` (where the GPU
+    targets' in-kernel check reports too), else the kernel's."""
+    from dsl import exprs
+
+    for op in func.walk():
+        if op.name == "tile.copy" and any(name in exprs.loads(exprs.parse(off)) for key in ("src_offsets", "dst_offsets")
+                                          for off in op.attrs.get(key) or ()):
+            return op.loc
+    return func.loc
 
 
 def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, tune: bool = False,

@@ -165,12 +165,27 @@ def read_mtx(path) -> SparsePattern:
     import scipy.io
 
     name = os.fspath(path)
-    _, _, _, layout, _, symmetry = _mm_call(scipy.io.mminfo, name)
+    if os.path.isdir(name):
+        raise SparseInputError(f"`{name}` is a folder, not a Matrix Market file", "give the path of a .mtx file")
+    rows, cols, _, layout, _, symmetry = _mm_call(scipy.io.mminfo, name)
     if layout != "coordinate":
         raise SparseInputError(f"`{name}` is a dense (`{layout}`) Matrix Market file; expected `coordinate`",
                                "write sparse matrices with `scipy.io.mmwrite(path, scipy.sparse.coo_array(S))`")
+    for n, what in ((rows, "rows"), (cols, "columns")):  # before reading the entries
+        if not 0 <= n <= _INT32_MAX:
+            raise SparseInputError(f"`{name}` declares {n} {what}; tkc takes 0 to {_INT32_MAX} (int32 indices)")
+    if symmetry != "general" and rows != cols:
+        raise SparseInputError(f"`{name}` is a {symmetry} Matrix Market file of {rows} x {cols}; a {symmetry} "
+                               "matrix is square", "write it as `general`, or fix the size line")
     m = _mm_call(scipy.io.mmread, name)
     M, N = _check_shape(m.shape, None, None)
+    if symmetry == "skew-symmetric":
+        diag = _first(torch.from_numpy(m.row == m.col))
+        if diag is not None:
+            i = int(m.row[diag])
+            raise SparseInputError(f"`{name}` is skew-symmetric but lists the diagonal entry (row {i + 1}, column "
+                                   f"{i + 1}); a skew-symmetric file lists entries below the diagonal only",
+                                   "write it as `general`, or drop the diagonal entries")
     keys = torch.sort(torch.from_numpy(m.row).long() * N + torch.from_numpy(m.col).long()).values
     k = _first(keys[1:] == keys[:-1])
     if k is not None:
