@@ -285,3 +285,45 @@ def test_relative_links_resolve():
                     os.path.normpath(os.path.join(ROOT, os.path.dirname(doc), target))):
                 broken.append(f"{doc} -> {target}")
     assert checked >= 5 and not broken, (checked, broken)
+
+
+def _python_examples() -> list[tuple[str, int, str, str]]:
+    """(doc, line, code, printed): a ```python block followed only by blank lines and a plain
+    ``` block that is not a shell transcript: the code and what the docs say it prints."""
+    out = []
+    for doc in DOCS:
+        with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
+            text = f.read()
+        blocks = list(re.finditer(r"```(\w*)\n(.*?)```", text, re.S))
+        for a, b in zip(blocks, blocks[1:]):
+            if (a.group(1) == "python" and b.group(1) == "" and not b.group(2).lstrip().startswith("$")
+                    and not text[a.end():b.start()].strip()):
+                out.append((doc, text[:a.start()].count("\n") + 1, a.group(2), b.group(2)))
+    return out
+
+
+PYTHON_EXAMPLES = _python_examples()
+
+
+@pytest.mark.parametrize("doc, line, code, printed", PYTHON_EXAMPLES,
+                         ids=[f"{d}:{n}" for d, n, _, _ in PYTHON_EXAMPLES])
+def test_python_examples_print_what_the_docs_show(tmp_path, doc, line, code, printed):
+    """A Python example with its output shown right after it runs (cwd the repository root, a
+    fresh compile cache, this tree first on the path) and prints that output (compared as the
+    transcripts are)."""
+    script = tmp_path / "example.py"
+    script.write_text(code, encoding="utf-8")
+    env = {**os.environ, "TKC_CACHE_DIR": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "CUDA_VISIBLE_DEVICES": ""}
+    r = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=TIMEOUT_S)
+    assert r.returncode == 0, f"{doc}:{line}: the example failed:\n{r.stderr[-3000:]}"
+    expected, actual = normalize(printed.splitlines()), normalize(r.stdout.splitlines())
+    if not matches(expected, actual):
+        diff = difflib.unified_diff(expected, actual, f"{doc}:{line} (the docs)", "what it prints now", lineterm="")
+        pytest.fail(f"the example at {doc}:{line} prints something other than the docs say:\n" + "\n".join(diff),
+                    pytrace=False)
+
+
+def test_python_examples_found():
+    assert len(PYTHON_EXAMPLES) >= 5, PYTHON_EXAMPLES
