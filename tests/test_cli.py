@@ -212,6 +212,20 @@ def test_run_with_a_runtime_scalar_out_of_range_reports_the_kernel_s_check(capsy
     assert rc == 1 and out == "" and message in err and "reference expression failed" not in err
 
 
+@pytest.mark.parametrize("ref, message", [
+    ("0.0", "error: the reference expression gave float 0.0; it must give a torch tensor per output"),
+    ("None", "error: the reference expression gave NoneType None; it must give a torch tensor per output"),
+    ("A[:1, :]", "C: max relative error nan (tolerance 3.87e-06): MISMATCH (the reference gives shape [1, 32], "
+                 "the kernel [4, 32])"),
+])
+def test_a_reference_of_the_wrong_kind_or_shape_is_reported(capsys, tmp_path, ref, message):
+    path = tmp_path / "copy.tk"
+    path.write_text('kernel copy<BN=32>(A: f32[M, N]) -> (C: f32[M, N])\n    where M = 4, N = 32\n'
+                    f'    reference "{ref}"\n{{\n    grid (M) as (m)\n    C[m : +1, :] = A[m : +1, :]\n}}\n')
+    rc, out, err = cli(capsys, "--cache-dir", str(tmp_path / "c"), "run", str(path), "--target", "interp", "--check")
+    assert rc == 1 and message in out + err and "internal" not in err
+
+
 def test_unwritable_outputs_and_caches_are_user_errors(capsys, tmp_path):
     path = os.path.join(ROOT, "examples", "rmsnorm.tk")
     folder, a_file = tmp_path / "out", tmp_path / "a_file"

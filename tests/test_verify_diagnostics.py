@@ -190,3 +190,32 @@ def test_an_internal_error_in_a_piece_is_a_located_mismatch():
     got = verify("t.tk", text, True, Run(), crash)
     assert [(d.loc.line, d.message) for d in got] == [
         (5, "unexpected error: fine"), (4, "internal compiler error in this piece: KeyError: 'boom'")]
+
+
+FINE = ("kernel fine<BM=16>(A: f32[M, K]) -> (C: f32[M, K])\n    where M = 64, K = 32\n{{\n"
+        "    grid (cdiv(M, BM)) as (m)\n    C[m*BM : +BM, :] = A[m*BM : +BM, :]{}\n}}\n")
+
+
+@pytest.mark.parametrize("annotation, message", [
+    ("  # expected-eror {{boom}}", "malformed annotation `expected-eror {{boom}}`"),
+    ("  # Expected-Error {{boom}}", "malformed annotation `Expected-Error {{boom}}`"),
+    ("  # expected-error@x {{boom}}", "malformed annotation `expected-error@x {{boom}}`"),
+    ("  # expected-error {{boom", "malformed annotation `expected-error {{boom`"),
+    ("  # expected-error boom", "malformed annotation `expected-error boom`"),
+    ("  # expected-error {{}}", "an annotation with an empty message matches any diagnostic"),
+    ("  # expected-error@-99 {{boom}}", "the annotation's offset -99 points before line 1"),
+])
+def test_a_malformed_annotation_fails_the_file(tmp_path, capsys, annotation, message):
+    """A misspelled or unreadable annotation is a problem of its own: the file fails instead of
+    asserting nothing (MLIR's -verify-diagnostics does the same)."""
+    rc, err = _verify(tmp_path, capsys, FINE.format(annotation))
+    assert rc == 1 and f"case.tk:5:" in err and message in err
+
+
+def test_the_same_expectation_twice_needs_two_diagnostics(tmp_path, capsys):
+    text = FINE.format(" * Q").replace("    C[m*BM", "    # expected-error@+2 {{unknown name `Q`}}\n"
+                                                 "    # expected-error@+1 {{unknown name `Q`}}\n    C[m*BM", 1)
+    rc, err = _verify(tmp_path, capsys, text)
+    assert rc == 1 and 'expected error "unknown name `Q`" on line 7 was not produced' in err
+    once = text.replace("    # expected-error@+2 {{unknown name `Q`}}\n", "    # expected-error@+2 {{unknown name}}\n")
+    assert _verify(tmp_path, capsys, once)[0] == 0  # two parts of one message: both met by it

@@ -83,7 +83,9 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
         tol = budgets[name].tol(dtype) if rtol is None else rtol
         passed = err <= tol
         ok &= passed
-        print(f"{name}: max relative error {err:.3e} (tolerance {tol:.3g}): {'ok' if passed else 'MISMATCH'}")
+        shapes = "" if tuple(ref.shape) == tuple(out.shape) else \
+            f" (the reference gives shape {list(ref.shape)}, the kernel {list(out.shape)})"
+        print(f"{name}: max relative error {err:.3e} (tolerance {tol:.3g}): {'ok' if passed else 'MISMATCH'}{shapes}")
     if len(refs) != len(results):
         print(f"reference gives {len(refs)} results for {len(results)} outputs: MISMATCH", file=sys.stderr)
         ok = False

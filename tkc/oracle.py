@@ -375,7 +375,13 @@ def reference(module: Module, inputs):
     except Exception as exc:
         raise error(func.loc, f"the reference expression failed: {type(exc).__name__}: {exc}",
                     f"reference: {text}") from None
-    return [r.double() for r in (result if isinstance(result, (tuple, list)) else [result])]
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    for r in results:
+        if not isinstance(r, torch.Tensor):
+            raise error(func.loc, f"the reference expression gave {type(r).__name__} "
+                        f"{r!r:.60}; it must give a torch tensor per output (a tuple of them for several)",
+                        f"reference: {text}")
+    return [r.double() for r in results]
 
 
 def rel_error(out, ref) -> float:

@@ -97,6 +97,38 @@ def expectations(text: str, first_line: int = 1, mark: str = "#") -> list[Expect
     return out
 
 
+_LOOSE = re.compile(r"expected-\w*", re.I)  # what an annotation starts with, spelled right or not
+
+
+def malformed(path: str, text: str, mark: str = "#") -> list[Diagnostic]:
+    """The annotations of `text` that `expectations` cannot read (a misspelled kind, a missing
+    `{{...}}`, an empty message, an offset before line 1): each a problem, so that a test file
+    with a typo fails instead of asserting nothing."""
+    out = []
+    for i, line in enumerate(text.split("\n")):
+        start = line.find(mark)
+        if start < 0:
+            continue
+        comment = line[start:]
+        good = list(ANNOTATION.finditer(comment))
+        for m in _LOOSE.finditer(comment):
+            if any(g.start() <= m.start() < g.end() for g in good):  # a good one, or inside one's message
+                continue
+            out.append(Diagnostic(Loc(path, i + 1, start + m.start() + 1),
+                                  f"malformed annotation `{comment[m.start():].strip()[:60]}`",
+                                  [f"write `{mark} expected-error {{{{message}}}}` or `{mark} expected-note@+1 "
+                                   "{{message}}` (lower case, the message in double braces)"]))
+        for g in good:
+            if not g.group(3):
+                out.append(Diagnostic(Loc(path, i + 1, start + g.start() + 1),
+                                      "an annotation with an empty message matches any diagnostic",
+                                      ["put the diagnostic's text (or a part of it) in the braces"]))
+            if i + 1 + int(g.group(2) or 0) < 1:
+                out.append(Diagnostic(Loc(path, i + 1, start + g.start() + 1),
+                                      f"the annotation's offset {g.group(2)} points before line 1", []))
+    return out
+
+
 def pieces(text: str, split: bool, mark: str = "#") -> list[tuple[int, str]]:
     """(first line, text padded with blank lines so its lines keep their numbers) per piece."""
     if not split:
@@ -219,6 +251,7 @@ def verify(path: str, text: str, split: bool = False, run: Run = Run(),
         runs = _runs(path, text, split, run)
     except TkError as exc:  # a malformed RUN line
         return list(exc.diagnostics)
+    problems += malformed(path, text, mark)
     for piece, piece_run in runs:
         expected = expectations(piece, 1, mark)  # the padding keeps the file's line numbers
         first = len(piece) - len(piece.lstrip("\n")) + 1
@@ -242,8 +275,12 @@ def verify(path: str, text: str, split: bool = False, run: Run = Run(),
                 continue
             if seen is not None:
                 seen.append(d)
-            for e in errors:
-                e.met = True
+            # one diagnostic meets one expectation per text: annotations that check parts of its
+            # message are all met, the same annotation twice needs two diagnostics
+            for text_ in dict.fromkeys(e.text for e in errors):
+                first = next((e for e in errors if e.text == text_ and not e.met), None)
+                if first is not None:
+                    first.met = True
             for e in same_line:
                 if e.kind == "note" and any(e.text in n for n in d.notes):
                     e.met = True
