@@ -48,6 +48,9 @@ def parse_pipeline(spec: str) -> list:
             key, eq, value = item.partition("=")
             if not eq:
                 raise error(Loc("<pipeline>", 1, pos + 1), f"option `{item}` of `{name}` needs a value")
+            if key.strip() in options:
+                raise error(Loc("<pipeline>", 1, pos + 1), f"option `{key.strip()}` of `{name}` is given twice",
+                            "give each option once")
             options[key.strip()] = value.strip()
         try:
             passes.append(PASSES[name].from_options(options))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsl import exprs
-from dsl.diagnostics import error
+from dsl.diagnostics import Loc, error
 from dsl.ir import Module, Op, Region, Value, unique_name, value_names
 from dsl.ops import AllocOp, CopyOp
 from passes.options import options_from
@@ -32,7 +32,11 @@ class SoftwarePipelinePass:
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> "SoftwarePipelinePass":
-        return cls(**options_from(cls, cls.name, options))
+        made = cls(**options_from(cls, cls.name, options))
+        if "stages" in options and made.stages < 1:  # (0 is the default's "each loop's own count", not an option)
+            raise error(Loc("<pipeline>", 1, 1), f"`software-pipeline{{stages=...}}` takes at least 1 stage, got "
+                        f"{made.stages}", "leave `stages` out to keep each loop's own stage count")
+        return made
 
     def spec(self) -> str:
         return f"{self.name}{{stages={self.stages}}}" if self.stages else self.name

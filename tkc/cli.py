@@ -137,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     cmd = {"compile": cmd_compile, "run": cmd_run, "opt": cmd_opt, "tune": cmd_tune, "llama": cmd_llama}[args.cmd]
     try:
+        names = [n for n, _ in getattr(args, "defines", [])]
+        twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+        if twice is not None:  # (the last would win silently)
+            raise error(Loc("<command line>", 1, 1), f"`-D {twice}` is given twice", "give each name once")
         if args.cmd in BOUNDED:  # `tune` and `llama` run long by design (progress, tokens/s)
             from tkc.limits import bounded
 
