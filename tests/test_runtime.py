@@ -264,3 +264,21 @@ def test_plain_kernels_take_the_short_path_and_keep_their_checks(tmp_path):
     with pytest.raises(TkError, match="has rank 2"):
         kernel(a[0], b)
     assert torch.equal(kernel(a.numpy(), b), first) and len(calls) == 1
+
+
+def test_compile_takes_a_path_like_and_refuses_an_unusable_cache(tmp_path):
+    """tkc.compile accepts an os.PathLike (it failed at the first call before), and a cache_dir
+    that is a file or cannot be created is a TkError at compile time, not an OSError later."""
+    import pathlib
+
+    kernel = tkc.compile(pathlib.Path(EMBEDDING), target="interp", cache_dir=str(tmp_path / "c"), BN=32)
+    table = rand(50, 72, dtype=torch.float32)
+    assert torch.equal(kernel(table, torch.tensor([3, 1], dtype=torch.int32)), table[[3, 1]])
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for cache_dir, message in ((a_file, "it is a file, not a folder"), (a_file / "below", "as the compile cache")):
+        with pytest.raises(TkError) as info:
+            tkc.compile(EMBEDDING, target="tilelang-cpu", cache_dir=str(cache_dir))
+        assert message in info.value.render()
+    with pytest.raises(TkError, match="must be a str or os.PathLike, got int"):
+        tkc.compile(3, target="interp")

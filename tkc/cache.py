@@ -126,3 +126,24 @@ class Cache:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return entry
+
+
+def usable(root: str | None = None) -> "Cache":
+    """A Cache under `root` (None: the default root) whose folder exists and is writable; a
+    located user error (TkError at the folder) when that path cannot hold one: a regular file, a
+    folder that cannot be created or written."""
+    from dsl.diagnostics import Loc, error
+
+    cache = Cache(os.fspath(root) if root is not None else None)
+    if os.path.exists(cache.root) and not os.path.isdir(cache.root):
+        raise error(Loc(cache.root, 0, 0), f"cannot use `{cache.root}` as the compile cache: it is a file, not a folder",
+                    "pass a writable folder (--cache-dir, or tkc.compile's cache_dir)")
+    try:
+        os.makedirs(cache.root, exist_ok=True)
+        ok, reason = os.access(cache.root, os.W_OK | os.X_OK), "it is not writable"
+    except OSError as exc:
+        ok, reason = False, exc.strerror or type(exc).__name__
+    if not ok:
+        raise error(Loc(cache.root, 0, 0), f"cannot use `{cache.root}` as the compile cache: {reason}",
+                    "pass a writable folder (--cache-dir, or tkc.compile's cache_dir)")
+    return cache

@@ -190,23 +190,10 @@ def _reproducer(argv: list[str], path: str | None) -> str | None:
 
 def _cache(args):
     """The cache under --cache-dir (or the default root); a located user error when that path
-    cannot hold one (a regular file, a folder that cannot be created or written)."""
-    from tkc.cache import Cache
+    cannot hold one (tkc.cache.usable)."""
+    from tkc.cache import usable
 
-    cache = Cache(args.cache_dir)
-    if os.path.exists(cache.root) and not os.path.isdir(cache.root):
-        raise error(Loc(cache.root, 0, 0), f"cannot use `{cache.root}` as the compile cache: it is a file, not a folder",
-                    "pass a writable folder with --cache-dir")
-    try:
-        os.makedirs(cache.root, exist_ok=True)
-        usable = os.access(cache.root, os.W_OK | os.X_OK)
-        reason = "it is not writable"
-    except OSError as exc:
-        usable, reason = False, exc.strerror or type(exc).__name__
-    if not usable:
-        raise error(Loc(cache.root, 0, 0), f"cannot use `{cache.root}` as the compile cache: {reason}",
-                    "pass a writable folder with --cache-dir")
-    return cache
+    return usable(args.cache_dir)
 
 
 def cmd_compile(args) -> int:

@@ -703,6 +703,12 @@ def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, t
     keyword included: dims come from the tensors) and a non-int value; at the first call for
     syntax, types, shapes and the shared-memory budget.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise error(Loc("<tkc.compile>", 0, 0), f"the kernel's path must be a str or os.PathLike, got "
+                    f"{type(path).__name__}", "pass the .tk file's path")
+    path = os.fspath(path)
     if target not in LAUNCH_TARGETS:
         raise error(Loc(path, 0, 0), f"target `{target}` cannot be launched", f"use one of {', '.join(LAUNCH_TARGETS)}")
-    return Kernel(path, target, consts, Cache(cache_dir) if cache_dir else None, tune, tuple(dynamic), schedule)
+    from tkc.cache import usable
+
+    return Kernel(path, target, consts, usable(cache_dir) if cache_dir else None, tune, tuple(dynamic), schedule)
