@@ -63,7 +63,7 @@ def _source_line(loc: Loc, sources: dict[str, str]) -> str | None:
     text = sources.get(loc.file)
     if text is None:
         try:
-            with open(loc.file, encoding="utf-8") as f:
+            with open(loc.file, encoding="utf-8-sig", errors="replace") as f:  # (a bad byte shows as U+FFFD)
                 text = f.read()
         except OSError:
             return None

@@ -226,6 +226,28 @@ def test_a_reference_of_the_wrong_kind_or_shape_is_reported(capsys, tmp_path, re
     assert rc == 1 and message in out + err and "internal" not in err
 
 
+def test_source_encodings(capsys, tmp_path):
+    """A UTF-8 file with a byte-order mark runs; a byte that is not UTF-8 is located, with a fix."""
+    text = ('kernel copy<BN=32>(A: f32[M, N]) -> (C: f32[M, N])\n    where M = 4, N = 32\n    reference "A"\n'
+            '{\n    grid (M) as (m)\n    C[m : +1, :] = A[m : +1, :]\n}\n')
+    bom, latin1 = tmp_path / "bom.tk", tmp_path / "latin1.tk"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    latin1.write_bytes(text.encode() + b"# caf\xe9\n")
+    rc, out, err = cli(capsys, "--cache-dir", str(tmp_path / "c"), "run", str(bom), "--target", "interp", "--check")
+    assert rc == 0 and "C: max relative error 0.000e+00" in out
+    rc, out, err = cli(capsys, "--cache-dir", str(tmp_path / "c"), "run", str(latin1), "--target", "interp")
+    assert rc == 1 and err.startswith(f"{latin1}:8:6: error: byte 0xe9 is not UTF-8\n")
+    assert "note: save the file as UTF-8" in err
+
+
+def test_a_tile_larger_than_memory_is_a_user_error(capsys, cache_dir):
+    path = os.path.join(ROOT, "examples", "rmsnorm.tk")
+    rc, out, err = cli(capsys, "--cache-dir", cache_dir, "run", path, "--target", "interp", "-D", "BR=1099511627776",
+                       "-D", "N=64")
+    assert rc == 1 and err.startswith("tkc: error: out of memory") and "internal" not in err
+    assert "note: choose smaller dims or tile sizes with -D" in err
+
+
 def test_unwritable_outputs_and_caches_are_user_errors(capsys, tmp_path):
     path = os.path.join(ROOT, "examples", "rmsnorm.tk")
     folder, a_file = tmp_path / "out", tmp_path / "a_file"

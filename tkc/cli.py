@@ -152,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except MemoryError as exc:  # the user's machine: a tile or tensor larger than its memory
+        print(f"tkc: error: out of memory{f' ({exc})' if str(exc) else ''}", file=sys.stderr)
+        print("note: choose smaller dims or tile sizes with -D", file=sys.stderr)
+        return 1
     except Exception as exc:  # an internal bug: say so, distinct from user errors
         print(f"tkc: internal compiler error: {type(exc).__name__}: {exc}", file=sys.stderr)
         if args.debug:

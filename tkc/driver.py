@@ -28,12 +28,21 @@ IR_FILE = "kernel.tkir"
 
 
 def read_source(path: str) -> str:
-    """The text of `path`; a missing or unreadable file is a located user error."""
+    """The text of `path` (UTF-8; a leading byte-order mark is dropped, as editors write one); a
+    missing or unreadable file is a located user error, a byte that is not UTF-8 one at its line
+    and column."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error(Loc(path, 0, 0), f"cannot read `{path}`: {getattr(exc, 'strerror', None) or exc}") from None
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise error(Loc(path, 0, 0), f"cannot read `{path}`: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        before = data[:exc.start]
+        line, col = before.count(b"\n") + 1, exc.start - (before.rfind(b"\n") + 1) + 1
+        raise error(Loc(path, line, col), f"byte 0x{data[exc.start]:02x} is not UTF-8",
+                    "save the file as UTF-8 (tkc reads .tk and .tkir files as UTF-8)") from None
 
 
 def frontend(path: str, overrides: dict[str, int] | None = None, text: str | None = None,
