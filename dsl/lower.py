@@ -88,6 +88,7 @@ class _Lowerer(ExprLowerer):
         self.loops: list = []  # the tile.for ops enclosing the statement being lowered
         self.sparse: dict = {}  # sparse pattern name -> (param, M, N, NNZ, [rows, cols]) (dsl/lower_sparse.py)
         self.tiles = None  # (pattern, BM, BN, m, n) inside `grid (tiles(S, BM, BN)) as (m, n)`
+        self.tiles_stored = False  # its one sampled gemm store is lowered
         self.scalars: dict[str, A.Param] = {}
         self.dynamic: dict[str, Loc] = {}  # dims left symbolic (`dynamic M`)
         self.allow_dynamic = False  # whether a compile-time index may name them (grid extents)
@@ -309,10 +310,6 @@ class _Lowerer(ExprLowerer):
         self.emit(launch)
         self.cluster = len(g.cluster)  # number of cluster dims (0: no cluster)
         self.grid_vars = list(g.vars) + list(g.ranks)
-        if tiles and len(stmts) > 2 and S.is_sampled_store(self, stmts[1]):  # every target runs what the GPU
-            # backends lower: one store (a first statement that is not one reports itself in _stmt)
-            raise error(stmts[2].loc, "the body of a `tiles` grid is one sampled gemm store; this is a second statement",
-                        "compute each sampled gemm in its own kernel")
         self.in_region(launch.body, list(g.vars) + list(g.ranks), stmts[1:], g.loc)
 
     def in_region(self, region: Region, index_vars, stmts, loc: Loc) -> None:
@@ -353,9 +350,14 @@ class _Lowerer(ExprLowerer):
 
     def _stmt(self, s: A.Stmt) -> None:
         self.fresh = set()
-        if self.tiles is not None and not S.is_sampled_store(self, s):
-            raise error(s.loc, "the body of a `tiles` grid is one sampled gemm store",
-                        f"write `P[{self.tiles[0]}] = A[{self.tiles[3]}*BM : +BM, :] @ B[:, {self.tiles[4]}*BN : +BN]`")
+        if self.tiles is not None:  # every target runs what the GPU backends lower: one store
+            if not S.is_sampled_store(self, s):
+                raise error(s.loc, "the body of a `tiles` grid is one sampled gemm store",
+                            f"write `P[{self.tiles[0]}] = A[{self.tiles[3]}*BM : +BM, :] @ B[:, {self.tiles[4]}*BN : +BN]`")
+            if self.tiles_stored:
+                raise error(s.loc, "the body of a `tiles` grid is one sampled gemm store; this is a second statement",
+                            "compute each sampled gemm in its own kernel")
+            self.tiles_stored = True
         if isinstance(s, A.Grid):
             raise error(s.loc, "a kernel has one `grid` statement")
         if isinstance(s, A.For):
