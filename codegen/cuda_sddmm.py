@@ -2,8 +2,8 @@
 
 Two kernels in one translation unit (and B's transposition), launched one after the other by
 tkc/cuda_runtime.py over the launch data of tkc.sparse.DispatchPlan (passed after the outputs: B
-transposed as Bt [N, K], then tc_ptr, tc_m, tc_n, tc_order, dot_order, tc_rc, then the counts
-n_tc and n_dot as ints):
+transposed as Bt [N, K], then tc_ptr, tc_m, tc_n, tc_order, dot_order, tc_pos, tc_rbase
+(`DispatchPlan.cuda_tensors`), then the counts n_tc and n_dot as ints):
 
 - `<kernel>`: one block per tensor-core tile (tiles with at least `dot_below` entries,
   passes/sparse_dispatch.py), grid n_tc, in one of two forms (passes/smem_sddmm.py `cuda_tiles`,
@@ -24,10 +24,19 @@ n_tc and n_dot as ints):
   - mma.sync: A's BM rows [BMP][BK] and B's BN columns [BK][BNP] through two stages, each warp a
     block of 16x8 mma.sync m16n8k16 atoms (ldmatrix fragments, B's transposed).
   The accumulators go to shared memory (float2 pairs into rows of BNP + 8 floats: a half-warp's
-  rows on distinct banks) and the block writes the tile's entries, EPILOGUE per
-  thread at once: P[e] = C[tc_rc[s] >> 16][tc_rc[s] & 0xffff] with e = tc_order[s], both read
-  directly (the first round during the K loop, each next round while the current one is
-  written).
+  rows on distinct banks) and the block writes the tile's entries: P[e] = C[row][col] for slot s,
+  (row, col) from tc_pos[s] ((row << 8) | col in 16 bits where BM and BN are at most 256, else
+  (row << 16) | col in 32), e = rbase[row] + s (tc_rbase's rows of the tile, kept in shared memory
+  after the products) where the plan has tc_rbase, else tc_order[s]. The tile's tc_pos range is
+  prefetched into L2 at the block's start (one cp.async.bulk.prefetch) and copied into shared
+  memory by cp.async in chunks from a 16-byte boundary: the first PRE entries into bytes of their
+  own after the stages (passes/smem_sddmm.py `_pos_pre`: as many as keep the blocks per SM, up to
+  POS_PRE), copied as the K loop ends, while the last chunk's wgmma run; the next PCAP - PRE
+  into the stages' bytes after the products, copied while the first chunk's entries are written;
+  then PCAP at a time (from the products' end through the first chunk's bytes: 20224 entries for
+  128 x 128 wgmma tiles). Writing a chunk's entries waits on no global load. (Against reading
+  tc_order and an int32 tc_rc per entry, four at a time per thread: 12 bytes of index and output
+  per entry become 6, and a chain of dependent loads per round becomes one copy per chunk.)
 - `<kernel>_dots`: DOT_PER_BLOCK entries of dot_order per block, grid cdiv(n_dot,
   DOT_PER_BLOCK), no shared memory (so the tile kernel's shared memory does not limit its
   occupancy). G lanes per entry (each a strided share of K in 16-byte vectors of A's row and
@@ -51,15 +60,18 @@ from dsl.diagnostics import TkError, error
 from dsl.ir import Module, Op
 from codegen.cuda_prelude import C_TYPES, PRELUDE
 from passes import smem_sddmm
-from passes.smem_sddmm import TRANSPOSE_TILE
+from passes.smem_sddmm import TRANSPOSE_TILE, rc_packed16
 from passes.sparse_dispatch import MMA_SHAPE
 from passes.targets import DEFAULT_SM, SMEM_LIMITS
 
 ARCH = "sm_90a"
 DOT_ENTRIES = 4  # entries a group of lanes computes at once (their loads overlap)
 DOT_ITERS = 2  # rounds of those per block
+# a tile's first PRE entries' places: copied while its last K chunk's wgmma run (after the K loop, so
+# its cp.async waits count the chunks' groups alone: before the first chunks' loads it delayed them;
+# inside the loop it cost 8-22 registers)
+PRE_LOAD = "        if (PRE > 0) places(ps, c0, PRE);  // the first chunk of places, while the last K chunk's wgmma run"
 DOT_LANE_VECTORS = 2  # at least this many 16-byte vectors of K per lane (G, the lanes per entry, doubles while K allows)
-EPILOGUE = 4  # entries a thread of a tensor-core tile writes out at once (their index loads overlap)
 TRANSPOSE_THREADS = 256
 
 
@@ -136,6 +148,7 @@ def emit(module: Module) -> str:
     fm, fn = -(-am // wgm), -(-an // wgn)  # atoms per warp (some warps idle when the tile is small)
     tiles_bound = max(-(-M // bm), 1) * max(-(-N // bn), 1)
     T, OT = C_TYPES[dt], C_TYPES[odt]
+    packed16 = rc_packed16(bm, bn)  # a tile entry's place: (row << 8) | col in 16 bits, else (row << 16) | col
     dots = f"{kname}_dots"
     # `kernel`/`grid` name what one launch runs when there is one kernel (the CPU emulation runs it)
     config = {"kernel": kname if tc else dots, "grid": [max(tiles_bound if tc else -(-nnz // dot_per_block), 1), 1, 1],
@@ -164,8 +177,8 @@ def emit(module: Module) -> str:
         w(f"// {role} {v.name}: {v.type.dtype}[{shape}]")
     w(f"// launch data (tkc.sparse.DispatchPlan): Bt {dt}[N, K] (read by the dot products"
       f"{' and the wgmma tiles' if tc and tiles.wgmma and not tiles.reads_b else ''}), tc_ptr i32[n_tc + 1], "
-      "tc_m i32[n_tc], tc_n i32[n_tc], tc_order i32[..], dot_order i32[n_dot], tc_rc i32[..], then n_tc and n_dot "
-      "by value")
+      f"tc_m i32[n_tc], tc_n i32[n_tc], tc_order i32[..], dot_order i32[n_dot], tc_pos {'u16' if packed16 else 'i32'}[..], "
+      "tc_rbase i32[n_tc * BM or 0], then n_tc and n_dot by value")
     w(f"// tkc-launch: {json.dumps(config)}")
     L.extend(PRELUDE.rstrip("\n").split("\n"))
     w("")
@@ -178,6 +191,9 @@ def emit(module: Module) -> str:
           f"STAGES = {tiles.stages}, STAGE = {stage_elems};")
         w(f"constexpr int KT = {-(-kp // bk)};  // K chunks")
         w(f"constexpr int FM = {fm}, FN = {fn}, WGN = {wgn};  // mma atoms per warp, warps along N")
+        w(f"constexpr int RB = {-(-bm // threads)};  // tile rows per thread (their first entries' indices)")
+        w(f"constexpr int PCAP = {tiles.pos_cap}, PRE = {tiles.pos_pre}, PV = {16 // tiles.pos_bytes};  // entries' "
+          "places in shared memory at once, loaded during the K loop, per 16-byte vector")
     w("")
     w(f"__device__ __forceinline__ float tk_f(const {T} x) {{ return {_to_f32(dt, 'x')}; }}")
     w(f"__device__ __forceinline__ {OT} tk_o(const float x) {{ return {_from_f32(odt, 'x')}; }}")
@@ -193,10 +209,12 @@ def emit(module: Module) -> str:
     w("")
     sparse_args = (f"const {T}* __restrict__ Bt, const int* __restrict__ tc_ptr, const int* __restrict__ tc_m, "
                    "const int* __restrict__ tc_n, const int* __restrict__ tc_order, const int* __restrict__ dot_order, "
-                   "const int* __restrict__ tc_rc, const int n_tc, const int n_dot")
+                   f"const {'unsigned short' if packed16 else 'int'}* __restrict__ tc_pos, "
+                   "const int* __restrict__ tc_rbase, const int n_tc, const int n_dot")
     head = (f"(const {T}* __restrict__ A, const {T}* __restrict__ B, const int* __restrict__ rows, "
             f"const int* __restrict__ cols, {OT}* __restrict__ P, {sparse_args})")
-    index = "(size_t)(m0 + (rc[u] >> 16)) * N + n0 + (rc[u] & 0xffff)" if dense else "e[u]"  # P's index of entry u
+    # P's index of the entry at slot q, at row `row` and column `col` of its tile
+    index = "(size_t)(m0 + row) * N + n0 + col" if dense else "(ordered ? rbase[row] + q : tc_order[q])"
     if tc:
         w("// one block per tensor-core tile")
         w(f"extern \"C\" __global__ void __launch_bounds__({threads}) {kname}{head} {{")
@@ -237,18 +255,41 @@ def _tensor_core_tile(w, T: str, index: str, asyncs: bool, vec: int, tiles, dens
         _wgmma_load(w, T, tiles)
     else:
         _mma_load(w, T, asyncs, vec)
+    w("        // the tile's entries' places (tc_pos) prefetched into L2 whole during the K loop"
+      + ("" if dense else "; its rows' first entries (tc_rbase, where S's order keeps each tile row's entries "
+                          "together) loaded"))
+    w("        const int first = tc_ptr[blk], end = tc_ptr[blk + 1];")
+    w("        if (tid == 0 && first < end) {  // tc_pos is zero-padded to 16 bytes: the rounded range is in it")
+    w("            const size_t lo = reinterpret_cast<size_t>(tc_pos + first) & ~size_t(15);")
+    w("            const size_t hi = (reinterpret_cast<size_t>(tc_pos + end) + 15) & ~size_t(15);")
+    w('            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\\n" :: "l"(lo), "r"(static_cast<unsigned>(hi - lo)) '
+      ': "memory");')
+    w("        }")
+    pt = "unsigned short" if tiles.pos_bytes == 2 else "int"
+    w("        // the tile's entries' places, a chunk at a time from a 16-byte boundary, into shared memory: the first")
+    w("        // PRE in bytes of their own after the stages (copied as the K loop ends), the next")
+    w("        // PCAP at a time after the products (from the products' end through those bytes)")
+    pre_at = tiles.smem - (smem_sddmm.WGMMA_SLACK if wg else 0) - tiles.pos_pre * tiles.pos_bytes  # after the stages
+    w(f"        {pt}* const ps = reinterpret_cast<{pt}*>(smem + {pre_at});")
+    w(f"        {pt}* const pall = reinterpret_cast<{pt}*>(smem + {tiles.epilogue_bytes});")
+    w("        const int pend = (end + PV - 1) / PV * PV;  // (tc_pos is zero-padded to it)")
+    w("        int c0 = first / PV * PV;")
+    w(f"        auto places = [&]({pt}* const to, const int from, const int cap) {{")
+    w("            const int n = min(cap, pend - from) / PV;")
+    w("            for (int v = tid; v < n; v += THREADS) tk_cp_async<16>(to + v * PV, tc_pos + from + v * PV);")
+    w("            tk_cp_async_commit();")
+    w("        };")
     w("        #pragma unroll 1")
     if wg:  # one cp.async group per chunk slot, empty past K's chunks: the loop's waits count groups
         w("        for (int kt = 0; kt < STAGES - 1; ++kt) if (kt < KT) load(kt); else tk_cp_async_commit();")
     else:
         w("        for (int kt = 0; kt < STAGES - 1 && kt < KT; ++kt) load(kt);  // the first chunks in flight")
-    w(f"        // the tile's first entries: their output index and place in the tile load during the K loop")
-    w(f"        const int end = tc_ptr[blk + 1], beg = tc_ptr[blk] + tid;")
-    w(f"        int {'' if dense else f'e[{EPILOGUE}] = {{}}, '}rc[{EPILOGUE}] = {{}};")
-    w("        #pragma unroll")
-    w(f"        for (int u = 0; u < {EPILOGUE}; ++u)")
-    w("            if (beg + u * THREADS < end) { " + ("" if dense else "e[u] = tc_order[beg + u * THREADS]; ")
-      + "rc[u] = tc_rc[beg + u * THREADS]; }")
+    if not dense:
+        w("        const bool ordered = tc_rbase != nullptr;  // else each entry's index is read from tc_order")
+        w("        int rb[RB] = {};")
+        w("        #pragma unroll")
+        w("        for (int i = 0; i < RB; ++i)")
+        w("            if (ordered && tid + i * THREADS < BM) rb[i] = tc_rbase[(size_t)blk * BM + tid + i * THREADS];")
     w("        float acc[FM][FN][4];")
     w("        #pragma unroll")
     w("        for (int i = 0; i < FM; ++i)")
@@ -279,10 +320,18 @@ def _tensor_core_tile(w, T: str, index: str, asyncs: bool, vec: int, tiles, dens
         w("            __syncthreads();  // so its stage, (kt + STAGES - 1) % STAGES, is free")
         w("            if (kt + STAGES - 1 < KT) load(kt + STAGES - 1); else tk_cp_async_commit();")
         w("        }")
+        w(PRE_LOAD)
         w('        asm volatile("wgmma.wait_group.sync.aligned 0;\\n" ::: "memory");')
         w("        __syncthreads();  // every warpgroup's wgmma have read the stages that the products overwrite")
     else:
         _mma_loop(w, T, asyncs)
+        w(PRE_LOAD)
+    w(f"        const {pt}* at = PRE > 0 ? ps : pall;")
+    w("        int cap = PRE > 0 ? PRE : PCAP;")
+    w("        const bool second = PRE > 0 && c0 + PRE < end;")
+    w("        if (PRE == 0) places(pall, c0, PCAP);  // in flight while the products are stored")
+    w("        else if (second) places(pall, c0 + PRE, PCAP - PRE);  // the second chunk (before the first's bytes), in "
+      "flight while the first is written")
     w("        // the products to shared memory (the stages' bytes), then the tile's entries out of them")
     w("        #pragma unroll")
     w("        for (int i = 0; i < FM; ++i)")
@@ -294,23 +343,32 @@ def _tensor_core_tile(w, T: str, index: str, asyncs: bool, vec: int, tiles, dens
     w("                    *reinterpret_cast<float2*>(&cs[(r + 8) * CPITCH + c]) = make_float2(acc[i][j][2], acc[i][j][3]);")
     w("                }")
     w("            }")
-    w("        __syncthreads();")
-    # EPILOGUE entries per thread at once, each entry's output index and place in the tile (tc_order,
-    # tc_rc) read directly, the next round's loading while this round is written
-    w("        #pragma unroll 1")
-    w(f"        for (int s = beg; s < end; s += {EPILOGUE} * THREADS) {{")
-    w(f"            int {'' if dense else f'e2[{EPILOGUE}] = {{}}, '}rc2[{EPILOGUE}] = {{}};")
-    w("            #pragma unroll")
-    w(f"            for (int u = 0; u < {EPILOGUE}; ++u) {{")
-    w(f"                const int q = s + ({EPILOGUE} + u) * THREADS;")
-    w("                if (q < end) { " + ("" if dense else "e2[u] = tc_order[q]; ") + "rc2[u] = tc_rc[q]; }")
+    if not dense:
+        w("        int* const rbase = reinterpret_cast<int*>(cs + BMP * CPITCH);  // [BM], after the products")
+        w("        #pragma unroll")
+        w("        for (int i = 0; i < RB; ++i)")
+        w("            if (tid + i * THREADS < BM) rbase[tid + i * THREADS] = rb[i];")
+    shift, mask = (8, "0xff") if tiles.pos_bytes == 2 else (16, "0xffff")
+    w("        for (;;) {  // each chunk: its places in, then its entries written, THREADS at a time")
+    w("            if (at == ps && second) tk_cp_async_wait<1>();  // the first chunk in (its group is older)")
+    w("            else tk_cp_async_wait<0>();")
+    w("            __syncthreads();")
+    w("            const int c1 = min(c0 + cap, end);")
+    w("            #pragma unroll 4")
+    w("            for (int q = max(c0, first) + tid; q < c1; q += THREADS) {")
+    w(f"                const int rc = at[q - c0], row = rc >> {shift}, col = rc & {mask};")
+    w(f"                P[{index}] = tk_o(cs[row * CPITCH + col]);")
     w("            }")
-    w("            #pragma unroll")
-    w(f"            for (int u = 0; u < {EPILOGUE}; ++u)")
-    w("                if (s + u * THREADS < end)")
-    w(f"                    P[{index}] = tk_o(cs[(rc[u] >> 16) * CPITCH + (rc[u] & 0xffff)]);")
-    w("            #pragma unroll")
-    w(f"            for (int u = 0; u < {EPILOGUE}; ++u) {{ {'' if dense else 'e[u] = e2[u]; '}rc[u] = rc2[u]; }}")
+    w("            c0 += cap;")
+    w("            if (c0 >= end) break;")
+    w("            if (at == ps) {  // the second chunk is in flight")
+    w("                at = pall;")
+    w("                cap = PCAP - PRE;")
+    w("                continue;")
+    w("            }")
+    w("            __syncthreads();  // every thread is done with the chunk's places")
+    w("            places(pall, c0, PCAP);")
+    w("            cap = PCAP;")
     w("        }")
     w("    }")
 

@@ -65,6 +65,15 @@ ROW_PAD = 8  # elements after each staged row (16 bytes of f16: ldmatrix rows on
 # the wgmma tile 7-14% slower on an H100, benchmarks/probes/sddmm_tile_variants.py, 2026-11-27)
 PRODUCT_PAD = 8
 TRANSPOSE_TILE = 64  # B -> Bt tiles (elements per side)
+# tile entries' places (tc_pos) the tile kernel stages in shared memory at least, after the products
+# (the rest of the stages' bytes when they are larger): a tile with more takes several chunks
+POS_MIN = 1024
+# a tile's first entries' places, loaded during the K loop into bytes of their own (as many as keep
+# the blocks per SM that the rest of the kernel's bytes allow): 6144 hold the mean tile of 1504^2 with
+# 746k entries (5181)
+POS_PRE = 6144
+SM_SMEM = 233472  # shared bytes per SM of sm_90 (228 KB), 1 KB of it reserved per resident block
+BLOCK_RESERVED = 1024
 N_MAJOR_MAX_TILES = 264  # S's tiles up to which wgmma tiles read B N-major: one wave (132 SMs x 2 blocks of 128 x 128)
 # tilelang
 BK_MAX = 64  # K chunk of the GPU tile path: f16 rows of 128 bytes; K <= 64 is one chunk (rounded up to 16)
@@ -121,6 +130,26 @@ class CudaTiles:
     wgmma: bool = False  # the wgmma form (see the module docstring)
     stages: int = CUDA_STAGES  # K stages
     reads_b: bool = False  # the wgmma form reads B [K, N] itself (N-major descriptors), not Bt
+    pos_pre: int = 0  # entries' places loaded during the K loop, after the stages' bytes (`_pos_pre`)
+
+    @property
+    def pos_bytes(self) -> int:
+        """Bytes of a tile entry's place in tc_pos (tkc.sparse.DispatchPlan): 2 where BM and BN
+        are at most 256 (`rc_packed16`; BMP and BNP are then too), else 4."""
+        return 2 if rc_packed16(self.bmp, self.bnp) else 4
+
+    @property
+    def epilogue_bytes(self) -> int:
+        """Bytes after the K loop before the entries' places: the f32 products [BMP][CPITCH] and
+        each tile row's first entry index [BMP] (i32)."""
+        return (self.bmp * self.cpitch + self.bmp) * 4
+
+    @property
+    def pos_cap(self) -> int:
+        """Tile entries' places that shared memory holds at once after the products: the rest of
+        the kernel's bytes, whole 16-byte vectors (>= POS_MIN + pos_pre)."""
+        free = self.smem - (WGMMA_SLACK if self.wgmma else 0) - self.epilogue_bytes
+        return free // 16 * 16 // self.pos_bytes
 
     @property
     def vec(self) -> int:
@@ -137,7 +166,13 @@ class CudaTiles:
         """The staged tiles (`a`, `b`: the operands' names)."""
         if not self.tc:
             return []
-        products = self.bmp * self.cpitch * 4
+        products = self.epilogue_bytes + POS_MIN * self.pos_bytes
+        rows = Staged("each tile row's first entry (tc_rbase)", 1, self.bmp, 0, "i32", 1, ", after the products")
+        places = Staged(f"the tile's entries' places (tc_pos, {self.pos_bytes} bytes each), a chunk at a time", 1,
+                        self.pos_cap * self.pos_bytes // 4, 0, "i32", 1,
+                        f", after those ({self.pos_cap} entries" + (f"; the first {self.pos_pre} in bytes of their "
+                                                                     "own, copied as the K loop ends)" if self.pos_pre
+                                                                     else ")"))
         if self.wgmma:
             return [Staged(f"`{a}`'s rows in K chunks", self.bmp, self.apitch, 0, self.dtype, self.stages),
                     (Staged(f"`{b}`'s rows in K chunks (groups of 64 columns)", self.bk, self.bnp, 0, self.dtype,
@@ -145,13 +180,14 @@ class CudaTiles:
                      Staged(f"`{b}`'s columns in K chunks (B transposed)", self.bnp, self.bpitch, 0, self.dtype,
                             self.stages)),
                     Staged("the f32 products", self.bmp, self.cpitch, PRODUCT_PAD, "f32", 1,
-                           f", in the stages' bytes after the K loop; {WGMMA_SLACK} bytes to align them")]
+                           f", in the stages' bytes after the K loop; {WGMMA_SLACK} bytes to align them"), rows,
+                    places]
         stages = self.stages * self.stage_elems * DTYPES[self.dtype][0]
         reuse = (", in the stages' bytes after the K loop" if products <= stages else
                  f", the stages' {stages} bytes reused after the K loop")
         return [Staged(f"`{a}`'s rows in K chunks", self.bmp, self.apitch, ROW_PAD, self.dtype, self.stages),
                 Staged(f"`{b}`'s columns in K chunks", self.bk, self.bpitch, ROW_PAD, self.dtype, CUDA_STAGES),
-                Staged("the f32 products", self.bmp, self.cpitch, PRODUCT_PAD, "f32", 1, reuse)]
+                Staged("the f32 products", self.bmp, self.cpitch, PRODUCT_PAD, "f32", 1, reuse), rows, places]
 
 
 def wgmma_fits(bm: int, bn: int, k: int, dtype: str, threads: int) -> bool:
@@ -175,6 +211,31 @@ def n_major_fits(bn: int, n: int, tiles: int) -> bool:
     return n > 0 and n % 8 == 0 and -(-bn // 8) * 8 % WGMMA_BK == 0 and 0 < tiles <= N_MAJOR_MAX_TILES
 
 
+def _epilogue(bm: int, bn: int, bmp: int, cpitch: int) -> int:
+    """Shared bytes the tile kernel's epilogue needs at least: the products, each tile row's first
+    entry index, POS_MIN entries' places (CudaTiles.epilogue_bytes, pos_cap)."""
+    return (bmp * cpitch + bmp) * 4 + POS_MIN * (2 if rc_packed16(bm, bn) else 4)
+
+
+def _pos_pre(smem: int, bm: int, bn: int) -> int:
+    """Entries' places (up to POS_PRE, whole 16-byte vectors) whose own bytes after a kernel of
+    `smem` bytes leave its blocks per SM (by shared memory: SM_SMEM, BLOCK_RESERVED each) as they
+    are; 0 where none fit or the kernel is over one SM's bytes anyway."""
+    blocks = SM_SMEM // (smem + BLOCK_RESERVED)
+    if blocks == 0:
+        return 0
+    room = min(SM_SMEM // blocks - BLOCK_RESERVED - smem, SMEM_LIMITS[DEFAULT_SM] - smem)
+    size = 2 if rc_packed16(bm, bn) else 4
+    return max(0, min(POS_PRE * size, room) // 16 * 16 // size)
+
+
+def rc_packed16(bm: int, bn: int) -> bool:
+    """Whether a tile entry's (row, col) in its BM x BN tile packs into 16 bits, (row << 8) | col:
+    the form of tkc.sparse.DispatchPlan.tc_pos that the `cuda` tile kernel reads (else int32,
+    (row << 16) | col)."""
+    return bm <= 256 and bn <= 256
+
+
 def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool, threads: int = 0, n: int = 0,
                m: int = 0) -> CudaTiles:
     """codegen/cuda_sddmm.py's tiles for BM x BN tiles over K of `dtype` operands (`tc`: with the
@@ -187,9 +248,11 @@ def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool, threads: int = 0,
         kp, bk = -(-k // WGMMA_BK) * WGMMA_BK, WGMMA_BK
         stage_elems = (bmp + bnp) * bk
         cpitch = bnp + PRODUCT_PAD
-        smem = max(WGMMA_STAGES * stage_elems * esize, bmp * cpitch * 4) + WGMMA_SLACK
+        smem = max(WGMMA_STAGES * stage_elems * esize, _epilogue(bm, bn, bmp, cpitch)) + WGMMA_SLACK
+        pre = _pos_pre(smem, bm, bn)
+        smem += pre * (2 if rc_packed16(bm, bn) else 4)
         return CudaTiles(tc, dtype, bmp, bnp, kp, bk, bk, bk, cpitch, stage_elems, smem, transpose, True, WGMMA_STAGES,
-                         n_major_fits(bn, n, -(-m // bm) * -(-n // bn)))
+                         n_major_fits(bn, n, -(-m // bm) * -(-n // bn)), pre)
     mm, mn, mk = MMA_SHAPE
     bmp, bnp = -(-bm // mm) * mm, -(-bn // mn) * mn
     kp = -(-k // mk) * mk
@@ -200,8 +263,10 @@ def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool, threads: int = 0,
     apitch = bk + ROW_PAD
     stage_elems = bmp * apitch + bk * bpitch
     cpitch = bnp + PRODUCT_PAD
-    smem = max(CUDA_STAGES * stage_elems * esize, bmp * cpitch * 4) if tc else 0
-    return CudaTiles(tc, dtype, bmp, bnp, kp, bk, apitch, bpitch, cpitch, stage_elems, smem, transpose)
+    smem = max(CUDA_STAGES * stage_elems * esize, _epilogue(bm, bn, bmp, cpitch)) if tc else 0
+    pre = _pos_pre(smem, bm, bn) if tc else 0
+    smem += pre * (2 if rc_packed16(bm, bn) else 4)
+    return CudaTiles(tc, dtype, bmp, bnp, kp, bk, apitch, bpitch, cpitch, stage_elems, smem, transpose, pos_pre=pre)
 
 
 # ---- tilelang ------------------------------------------------------------------------------------

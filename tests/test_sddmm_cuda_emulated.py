@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codegen import cuda
+from passes.smem_sddmm import rc_packed16
 from tkc import driver, oracle
 from tkc import sparse as sp
 
@@ -46,7 +47,8 @@ def _kernel(tmp_path, **kw):
         source = cuda.emit(module)
         work = tmp_path / f"emu{len(_BUILT)}"
         work.mkdir()
-        dtypes = ["f32", "f32", "i32", "i32", "f32", "f32", "i32", "i32", "i32", "i32", "i32", "i32"]
+        pos = "u16" if rc_packed16(kw["bm"], kw["bn"]) else "i32"  # tc_pos, then tc_rbase
+        dtypes = ["f32", "f32", "i32", "i32", "f32", "f32", "i32", "i32", "i32", "i32", "i32", pos, "i32"]
         exe = emulate.build(source, dtypes, 2, str(work))
         op = next(o for o in module.func.walk() if o.name == "tile.sampled_gemm")
         _BUILT[text] = (exe, str(work), int(op.attrs["dot_below"]), module, source)
@@ -81,7 +83,7 @@ def _check(tmp_path, M, N, K, nnz, bm, bn, dense, empty_every, seed):
     assert plan.n_tc == 0 and plan.n_dot == nnz  # f32: every entry a dot product
     out = np.zeros((M, N) if dense else (nnz,), np.float32)
     arrays = [A.numpy(), B.numpy(), p.rows.numpy(), p.cols.numpy(), out, B.t().contiguous().numpy(),
-              *[t.numpy() for t in plan.tensors()]]
+              *[t.numpy() for t in plan.cuda_tensors()]]
     got = torch.from_numpy(_run(exe, work, arrays, [plan.n_tc, plan.n_dot], 4, dense))
     vals = (A.double() @ B.double())[p.rows.long(), p.cols.long()]
     if dense:

@@ -292,10 +292,13 @@ WIDE = """kernel wide<BM=1024, BN=64, threads=256>(A: f16[M, K], B: f16[K, N], S
 
 
 @pytest.mark.parametrize("target, nbytes, fits, notes", [
-    ("cuda", 294912, 147456, ["`%A`'s rows in K chunks: 2 stages of [1024][16 + 8] f16 = 98304 bytes",
+    ("cuda", 303104, 178176, ["`%A`'s rows in K chunks: 2 stages of [1024][16 + 8] f16 = 98304 bytes",
                               "`%B`'s columns in K chunks: 2 stages of [16][64 + 8] f16 = 4608 bytes",
                               "the f32 products: [1024][64 + 8] f32 = 294912 bytes, the stages' 102912 bytes "
-                              "reused after the K loop"]),
+                              "reused after the K loop",
+                              "each tile row's first entry (tc_rbase): [1][1024] i32 = 4096 bytes, after the products",
+                              "the tile's entries' places (tc_pos, 4 bytes each), a chunk at a time: [1][1024] i32 = "
+                              "4096 bytes, after those (1024 entries)"]),
     ("tilelang", 262144, 147456, ["`%A`'s rows in K chunks (`A_tile`): 2 stages of [1024][16] f16 = 65536 bytes",
                                   "`%B`'s columns in K chunks (`B_tile`): 2 stages of [16][64] f16 = 4096 bytes",
                                   "the f32 products (`C_tile`): [1024][64] f32 = 262144 bytes, partly in the K "

@@ -455,6 +455,45 @@ def test_dispatch_plan_splits_every_entry_once(pattern, BM, BN, dot_below):
     dots = sorted((set(range(len(r))) - set(plan.tc_order.tolist())), key=lambda e: (r[e], c[e]))
     assert [(r[e], c[e]) for e in plan.dot_order.tolist()] == [(r[e], c[e]) for e in dots]
     assert len(plan.tensors()) == 6 and all(t.dtype == torch.int32 for t in plan.tensors())
+    _check_cuda_launch_data(plan, r, c, BM, BN)
+    csr = as_pattern(_torch_coo(rows, cols, (M, N)).coalesce(), "csr")  # the same entries in S's row-major order
+    plan = dispatch_plan(csr, BM, BN, dot_below)
+    _check_cuda_launch_data(plan, csr.rows.tolist(), csr.cols.tolist(), BM, BN)
+    assert plan.tc_rbase.numel() == (plan.n_tc * BM if plan.tc_order.numel() else 0)  # row-major: always ordered
+
+
+def _check_cuda_launch_data(plan, r, c, BM, BN):
+    """The `cuda` tile kernel's forms of the plan: tc_pos packs each tile entry's (row, col) in 16
+    bits, zero-padded to 16 bytes; tc_rbase, where given, gives every tile entry's index from its
+    slot and its row."""
+    order, n = plan.tc_order.tolist(), plan.tc_order.numel()
+    assert plan.cuda_tensors()[:5] == plan.tensors()[:5] and len(plan.cuda_tensors()) == 7
+    assert plan.tc_pos.dtype == torch.int16 and plan.tc_pos.numel() % 8 == 0 and n <= plan.tc_pos.numel() < n + 8
+    assert (plan.tc_pos[:n].int() & 0xffff).tolist() == [((r[e] % BM) << 8) | (c[e] % BN) for e in order]
+    assert not plan.tc_pos[n:].any()
+    if plan.tc_rbase.numel():
+        assert plan.tc_rbase.dtype == torch.int32 and plan.tc_rbase.numel() == plan.n_tc * BM
+        ptr, base = plan.tc_ptr.tolist(), plan.tc_rbase.tolist()
+        assert all(order[s] == base[t * BM + r[order[s]] % BM] + s
+                   for t in range(plan.n_tc) for s in range(ptr[t], ptr[t + 1]))
+
+
+def test_dispatch_plan_row_bases_only_for_rows_in_order():
+    """A coo pattern whose tile row has another tile's entry between two of its own in S's order
+    has no tc_rbase (the kernel reads tc_order); one whose rows are merely interleaved has it;
+    257-row tiles keep tc_pos in int32 form."""
+    from tkc.sparse import dispatch_plan
+
+    def coo(rows, cols):
+        return SparsePattern(4, 8, "coo", torch.tensor(rows, dtype=torch.int32), torch.tensor(cols, dtype=torch.int32))
+
+    p = coo([0, 0, 0], [0, 5, 1])  # row 0 of tile (0, 0): entries 0 and 2, at slots 0 and 1
+    plan = dispatch_plan(p, 4, 4, 0)
+    assert plan.tc_order.tolist() == [0, 2, 1] and plan.tc_rbase.numel() == 0
+    interleaved = dispatch_plan(coo([0, 1, 0, 2], [0, 0, 1, 7]), 4, 4, 0)  # slot s of tile 0 holds entry s
+    assert interleaved.tc_order.tolist() == [0, 1, 2, 3] and interleaved.tc_rbase.tolist() == [0] * 8
+    wide = dispatch_plan(p, 257, 4, 0)
+    assert wide.tc_pos.dtype == torch.int32 and wide.tc_pos[:3].tolist() == [0, 1, 1] and wide.tc_pos.numel() == 4
 
 
 def test_tile_lists_edges():

@@ -118,8 +118,8 @@ class CudaLaunch:
         self.smem = int(config["smem_bytes"])
         # a sampled gemm (codegen/cuda_sddmm.py): two kernels, tensor-core tiles (this launch's
         # kernel, when the operands have that path) and dot products, with grids from the pattern's
-        # DispatchPlan (the last six tensors: tc_ptr, tc_m, tc_n, tc_order, dot_order, tc_rc); both
-        # take n_tc and n_dot after the tensors. `tc_reads_bt`: the tile kernel reads B transposed
+        # DispatchPlan (the last seven tensors, `cuda_tensors`: tc_ptr, tc_m, tc_n, tc_order, dot_order,
+        # tc_pos, tc_rbase); both take n_tc and n_dot after the tensors. `tc_reads_bt`: the tile kernel reads B transposed
         # (wgmma tiles), so the runtime provides Bt when there are tiles too
         sddmm = config.get("sddmm", {})
         self.tc_reads_bt = bool(sddmm.get("tc_reads_bt"))
@@ -214,7 +214,7 @@ class CudaLaunch:
             if 0 in grid:  # an empty dynamic extent: nothing to compute
                 return
         if self.dot_kernel is not None:
-            n_tc, n_dot = tensors[-5].numel(), tensors[-2].numel()
+            n_tc, n_dot = tensors[-6].numel(), tensors[-3].numel()  # tc_m, dot_order
             args += [numpy.int32(n_tc), numpy.int32(n_dot)]
             launches = []
             if fill_bt:  # B [K, N] -> Bt [N, K], before the kernels that read it

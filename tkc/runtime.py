@@ -522,7 +522,7 @@ class Kernel:
                         plan, sampled[1])
             if plan.n_tc + plan.n_dot == 0:  # no entries: nothing to launch (P is empty or zeros)
                 return outputs[0] if len(outputs) == 1 else tuple(outputs)
-            extras = [bt, *plan.tensors()]
+            extras = [bt, *plan.launch_tensors(self.target)]
         jit(*[t if t.is_contiguous() else t.contiguous() for t in arrays], *outputs, *values, *extras, **fill)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
@@ -543,7 +543,7 @@ class Kernel:
             else:
                 arrays.append(t if t.is_contiguous() else t.contiguous())
         bt, fill = self._b_transposed(plan, tensors[b_at], jit)
-        jit(*arrays, *outputs, bt, *plan.tensors(), **fill)
+        jit(*arrays, *outputs, bt, *plan.launch_tensors(self.target), **fill)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _b_transposed(self, plan, b, jit):

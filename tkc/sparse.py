@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from passes.smem_sddmm import rc_packed16
+
 FORMATS = ("csr", "coo")
 _INT32_MAX = 2**31 - 1
 _RMAT_ROUNDS = 32
@@ -278,9 +280,17 @@ class DispatchPlan:
     - dot_order [n_dot]: the entries of the other tiles, computed as one dot product each, in
       (row, column) order so that consecutive entries share A's row.
     - tc_rc [tc_ptr[-1]]: the position of each tc_order entry in its tile, (row - tc_m*BM) << 16
-      | (col - tc_n*BN): a tile's epilogue reads it beside tc_order instead of reading rows and
-      cols through tc_order (one dependent load fewer per entry). -1 when BM > 32768 or BN >
-      65536 (no backend's tensor-core tile is that large).
+      | (col - tc_n*BN) (read by no kernel; `tilelang` takes it in its signature). -1 when BM >
+      32768 or BN > 65536 (no backend's tensor-core tile is that large).
+
+    The `cuda` tile kernel reads two smaller forms instead (`cuda_tensors`):
+    - tc_pos: the same positions in 16 bits where BM and BN are at most 256 (`rc_packed16`: int16
+      holding the bits of (row << 8) | col), else tc_rc's int32 form; zero-padded to a multiple of
+      16 bytes, so the kernel can prefetch a tile's whole range into L2;
+    - tc_rbase [n_tc * BM] int32: where each tile row's entries are consecutive in S's order (a
+      csr pattern, or a coo one in that order), entry tc_order[s] = tc_rbase[t * BM + row] + s for
+      slot s of tile t, so the kernel reads no tc_order; empty otherwise (an unsorted coo pattern,
+      or more tile rows than 4 x the entries: the kernel reads tc_order).
 
     Every entry is in exactly one of tc_order and dot_order."""
 
@@ -290,6 +300,8 @@ class DispatchPlan:
     tc_order: torch.Tensor
     dot_order: torch.Tensor
     tc_rc: torch.Tensor
+    tc_pos: torch.Tensor
+    tc_rbase: torch.Tensor
 
     @property
     def n_tc(self) -> int:
@@ -302,6 +314,16 @@ class DispatchPlan:
     def tensors(self) -> tuple[torch.Tensor, ...]:
         """The launch data in the kernels' argument order (after B transposed)."""
         return (self.tc_ptr, self.tc_m, self.tc_n, self.tc_order, self.dot_order, self.tc_rc)
+
+    def cuda_tensors(self) -> tuple[torch.Tensor, ...]:
+        """The `cuda` kernels' launch data (codegen/cuda_sddmm.py), after B transposed: tc_ptr,
+        tc_m, tc_n, tc_order, dot_order, tc_pos, tc_rbase."""
+        return (self.tc_ptr, self.tc_m, self.tc_n, self.tc_order, self.dot_order, self.tc_pos, self.tc_rbase)
+
+    def launch_tensors(self, target: str) -> tuple[torch.Tensor, ...]:
+        """The launch data a `target`'s sampled-gemm kernels take after B transposed."""
+        return self.cuda_tensors() if target == "cuda" else self.tensors()
+
 
 
 def dispatch_plan(p: SparsePattern, BM: int, BN: int, dot_below: int) -> DispatchPlan:
@@ -324,11 +346,37 @@ def dispatch_plan(p: SparsePattern, BM: int, BN: int, dot_below: int) -> Dispatc
         if dot.numel():  # (row, column) order: consecutive entries share A's row (and B's columns nearby)
             dot = dot[torch.sort(p.rows[dot].long() * max(p.N, 1) + p.cols[dot].long()).indices]
         e = tc_order.long()  # each tile entry's (row, column) in its tile, packed
-        tc_rc = (torch.full_like(tc_order, -1) if BM > 32768 or BN > 65536 else
-                 (((p.rows[e] % BM).long() << 16) | (p.cols[e] % BN).long()).int())
+        r, c = (p.rows[e] % BM).long(), (p.cols[e] % BN).long()
+        tc_rc = torch.full_like(tc_order, -1) if BM > 32768 or BN > 65536 else ((r << 16) | c).int()
+        if rc_packed16(BM, BN):  # the bits of (r << 8) | c as int16 (torch has no uint16 arithmetic)
+            pos, width = (r << 8) | c, 8
+            pos = torch.where(pos >= 32768, pos - 65536, pos).to(torch.int16)
+        else:
+            pos, width = tc_rc, 4
+        tc_pos = torch.zeros(-(-pos.numel() // width) * width, dtype=pos.dtype, device=dev)
+        tc_pos[:pos.numel()] = pos
+        tc_rbase = _row_bases(e, r, tc_counts, BM, dev)
         p._memo[key] = DispatchPlan(tc_ptr, tl.tile_m[tc].contiguous(), tl.tile_n[tc].contiguous(),
-                                    tc_order.contiguous(), dot.int().contiguous(), tc_rc.contiguous())
+                                    tc_order.contiguous(), dot.int().contiguous(), tc_rc.contiguous(), tc_pos,
+                                    tc_rbase)
     return p._memo[key]
+
+
+def _row_bases(e: torch.Tensor, r: torch.Tensor, tc_counts: torch.Tensor, BM: int, dev) -> torch.Tensor:
+    """DispatchPlan.tc_rbase for the tile entries `e` (in slot order) at rows `r` of their tiles
+    (tc_counts entries per tile): e - slot per (tile, row), int32 [n_tc * BM], when that is one
+    value for every slot of each tile row; else empty."""
+    n_tc, n = tc_counts.numel(), e.numel()
+    if n == 0 or n_tc * BM > max(4 * n, 1 << 16) or n_tc * BM + n >= 2**31:
+        return torch.zeros(0, dtype=torch.int32, device=dev)
+    tile = torch.repeat_interleave(torch.arange(n_tc, device=dev), tc_counts.long())
+    key = tile * BM + r
+    d = e - torch.arange(n, device=dev)
+    base = torch.zeros(n_tc * BM, dtype=torch.int64, device=dev)
+    base[key] = d
+    if not bool((base[key] == d).all()):
+        return torch.zeros(0, dtype=torch.int32, device=dev)
+    return base.int()
 
 
 def _first(mask: torch.Tensor) -> int | None:  # the index of the first True, None if none

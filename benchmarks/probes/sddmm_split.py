@@ -97,7 +97,7 @@ def run(kernel, shapes, bm, bn) -> None:
             ms = do_bench(lambda: kernel(A, B, p), warmup=50, rep=200)
             plan = sp.dispatch_plan(p, bm, bn, below if below is not None else model)
             bt = B.t().contiguous()
-            args = [A, B, p.rows, p.cols, torch.empty_like(P), bt, *plan.tensors()]
+            args = [A, B, p.rows, p.cols, torch.empty_like(P), bt, *plan.cuda_tensors()]
             kms = do_bench(lambda: jit(*args), warmup=50, rep=200)  # the launch alone: no call overhead
             print(f"| {M}x{N} nnz {nnz} | {kind} | {split} | {ms:.3f} | {cus:.3f} | {cus / ms:.1f}x | kernel {kms:.3f} | {plan.n_tc} | "
                   f"{plan.n_dot} | {prep:.3f} (gen {gen_s:.1f}) | err {err:.1e} |", flush=True)

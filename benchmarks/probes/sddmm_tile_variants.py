@@ -21,7 +21,8 @@ timed with triton.testing.do_bench (median, us):
 `ncu --kernel-name regex:'^sddmm$' --launch-skip 1 --launch-count 1 ... python3 <this> --launch-only base`).
 
 Shapes: 10000^2 with 5M uniform entries and 8000^2 with 1.92M (K = 256), 10000^2 5M at K = 512;
-with `--k32` only 10000^2 5M at K = 32, with `--all` that and the others.
+with `--k32` only 10000^2 5M at K = 32, with `--all` that and the others; with `--small` 1504^2
+with 746k entries (K = 256, one wave of 144 tiles), uniform and R-MAT.
 """
 
 from __future__ import annotations
@@ -46,12 +47,14 @@ from tkc.cuda_runtime import CudaLaunch  # noqa: E402
 
 T = (128, 128, 256)  # the file's tiling
 SHAPES = [(10000, 10000, 256, 5_000_000), (8000, 8000, 256, 1_920_000), (10000, 10000, 512, 5_000_000)]
+# one wave of tiles (144), every tile on tensor cores: uniform and R-MAT (`--small`)
+SMALL = [(1504, 1504, 256, 746_000), (1504, 1504, 256, -746_000)]
 
 # name -> (stages, [(find, replace)], checked, tiling (BM, BN, threads))
 VARIANTS = {
     "base": (3, [], True, T),
-    "no-entries": (3, [("for (int s = beg; s < end; s +=", "for (int s = beg; s < 0; s +=")], False, T),
-    "no-products": (3, [("for (int s = beg; s < end; s +=", "for (int s = beg; s < 0; s +="),
+    "no-entries": (3, [("q < c1; q += THREADS", "q < 0; q += THREADS")], False, T),
+    "no-products": (3, [("q < c1; q += THREADS", "q < 0; q += THREADS"),
                         ("if (r < BMP && c < BNP) {", "if (r < 0) {")], False, T),
     "no-wgmma": (3, [("tk_wgmma(acc, da + 2 * kk, db + 2 * kk);", "acc[0][kk][0] += (float)(da + db);")], False, T),
     "no-loads": (3, [("if (kt + STAGES - 1 < KT) load(kt + STAGES - 1); else tk_cp_async_commit();",
@@ -98,14 +101,17 @@ def source(module, stages: int, edits, settings=None) -> str:
 def main() -> int:
     launch_only = "--launch-only" in sys.argv
     k32 = [(10000, 10000, 32, 5_000_000)]
-    shapes = k32 if "--k32" in sys.argv else k32 + SHAPES if "--all" in sys.argv else SHAPES
-    names = [a for a in sys.argv[1:] if a not in ("--launch-only", "--k32", "--all")] or list(VARIANTS)
+    shapes = (k32 if "--k32" in sys.argv else SMALL if "--small" in sys.argv else k32 + SHAPES if "--all" in sys.argv
+              else SHAPES)
+    names = [a for a in sys.argv[1:] if a not in ("--launch-only", "--k32", "--all", "--small")] or list(VARIANTS)
     tmp = tempfile.mkdtemp()
     print(f"GPU: {torch.cuda.get_device_name()}")
     print("| M x N, K, nnz | variant | us | vs base | n_tc | max rel err |")
     print("|---|---|---|---|---|---|")
     for M, N, K, nnz in shapes[:1] if launch_only else shapes:
-        p = sp.uniform(M, N, nnz, seed=1).to("cuda")
+        # a negative count: an R-MAT pattern of that many entries
+        p = (sp.uniform(M, N, nnz, seed=1) if nnz > 0 else sp.rmat(M, N, -nnz, seed=1)).to("cuda")
+        kind, nnz = (" R-MAT" if nnz < 0 else ""), abs(nnz)
         A = torch.randn(M, K, device="cuda", dtype=torch.float16)
         B = torch.randn(K, N, device="cuda", dtype=torch.float16)
         rows, cols = p.rows.long(), p.cols.long()
@@ -124,7 +130,7 @@ def main() -> int:
                 f.write(text)
             launch = CudaLaunch(path, text)
             P = torch.full((nnz,), float("nan"), device="cuda")
-            args = [A, B, p.rows, p.cols, P, bt, *plan.tensors()]
+            args = [A, B, p.rows, p.cols, P, bt, *plan.cuda_tensors()]
             launch(*args)
             torch.cuda.synchronize()
             if launch_only:
@@ -134,12 +140,12 @@ def main() -> int:
                 continue
             err = ((P.double() - ref).abs().max() / ref.abs().max()).item() if checked else float("nan")
             if checked and not err < 1e-5:
-                print(f"| {M}x{N}, {K}, {nnz} | {name} | WRONG | | | {err:.1e} |", flush=True)
+                print(f"| {M}x{N}, {K}, {nnz}{kind} | {name} | WRONG | | | {err:.1e} |", flush=True)
                 continue
             us = do_bench(lambda: launch(*args), warmup=50, rep=300) * 1e3
             base = us if name == "base" else base
             rel = f"{us / base:.3f}" if base else ""
-            print(f"| {M}x{N}, {K}, {nnz} | {name} | {us:.1f} | {rel} | {plan.n_tc} | {err:.1e} |", flush=True)
+            print(f"| {M}x{N}, {K}, {nnz}{kind} | {name} | {us:.1f} | {rel} | {plan.n_tc} | {err:.1e} |", flush=True)
     return 0
 
 

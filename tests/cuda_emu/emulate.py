@@ -19,7 +19,9 @@ import numpy as np
 
 from codegen import cuda
 from dsl import exprs
-from codegen.cuda_prelude import C_TYPES
+from codegen.cuda_prelude import C_TYPES as _C_TYPES
+
+C_TYPES = {**_C_TYPES, "u16": "unsigned short"}  # and launch data in 16 bits (an SDDMM's tc_pos)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import tkc
+from tkc import sparse as sp
 
 from test_gpu_sddmm import ROOT, _check, _operands, _pattern  # noqa: E402
 
@@ -50,3 +51,30 @@ def test_wgmma_tiles_at_tile_edges(example, tiling, cache_dir):
     for seed, (M, N, K, nnz, kind) in enumerate(cases):
         A, B = _operands(M, N, K, torch.float16, 30 + seed)
         _check(kernel, A, B, _pattern(kind, M, N, min(nnz, M * N // 3), seed, fmt))
+
+
+@pytest.mark.parametrize("example", ["sddmm", "sddmm_wmma_16x16x16", "sddmm_wmma_32x8x16"])  # csr values, dense, coo values
+@pytest.mark.parametrize("threads", [256, 128])  # 128 x 128 tiles: wgmma, mma.sync
+def test_tile_entries_in_several_chunks(example, threads, cache_dir):
+    """A tile with more entries than the first chunk of places loaded during the K loop
+    (CudaTiles.pos_pre: 6144 for the wgmma tile, 2304 for mma.sync) writes the rest a chunk of
+    pos_cap at a time after its products (20224 and 3328): a full pattern (tiles of 16384 and 16256 entries) and a 90% dense one (tiles starting
+    off a 16-byte boundary of tc_pos); csr values (tc_rbase), dense P, and a shuffled coo pattern
+    (values through tc_order)."""
+    from passes.smem_sddmm import cuda_tiles
+
+    kernel = tkc.compile(os.path.join(ROOT, "examples", f"{example}.tk"), target="cuda", cache_dir=cache_dir,
+                         BM=128, BN=128, threads=threads)
+    kernel.dot_below = 0
+    fmt = kernel.inputs[2].dtype
+    tiles = cuda_tiles(128, 128, 72, "f16", True, threads, 300, 260)
+    assert (tiles.pos_pre, tiles.pos_cap) == ((6144, 20224) if threads == 256 else (2304, 3328))
+    for seed, (M, N, nnz) in enumerate([(255, 131, 255 * 131), (300, 260, 70200)]):
+        A, B = _operands(M, N, 72, torch.float16, 40 + seed)
+        p = _pattern("uniform", M, N, nnz, seed, fmt)
+        plan = sp.dispatch_plan(sp.as_pattern(p, fmt).to("cuda"), 128, 128, 0)
+        counts = (plan.tc_ptr[1:] - plan.tc_ptr[:-1]).tolist()
+        assert max(counts) > tiles.pos_pre + (tiles.pos_cap if threads == 128 else 0)  # two chunks, or more
+        assert any(start % 8 for start in plan.tc_ptr.tolist())
+        assert (plan.tc_rbase.numel() > 0) == (fmt == "csr")  # shuffled coo: each entry's index from tc_order
+        _check(kernel, A, B, p)
