@@ -330,7 +330,15 @@ def reduce_threads(op: Op, threads: int, inherited: bool = False) -> set[int]:
     stride = 1
     for n in shape[axis + 1:]:
         stride *= n
-    return {(k * stride // vec) % active for k in range(shape[axis])}
+    return reduce_lanes(shape[axis], stride, vec, active)
+
+
+def reduce_lanes(n: int, stride: int, vec: int, active: int) -> set[int]:
+    """{(k * stride // vec) % active for k in range(n)}: the threads holding the elements k *
+    stride of a reduced axis of n, vectors of `vec` dealt to `active` threads. The set repeats
+    after k = active * vec (k * stride // vec grows by active * stride there), so at most that
+    many are visited: a reduction over a dim of 10^12 is not a loop of 10^12."""
+    return {(k * stride // vec) % active for k in range(min(n, active * vec))}
 
 
 def replicated_tiles(launch: Op, threads: int) -> set[int]:

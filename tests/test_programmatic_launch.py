@@ -111,8 +111,10 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     monkeypatch.setattr(cuda_runtime, "_modules", lambda: (fake_cupy, numpy, fake_torch))
     monkeypatch.setattr(launch, "function", lambda index, name=None: type("F", (), {"kernel": Function(name)}))
     K, N = 256, 1000
-    # A, B, rows, cols, P, Bt, then the plan: tc_ptr, tc_m, tc_n, tc_order, dot_order, tc_rc
-    shapes = [(64, K), (K, N), (9,), (9,), (9,), (N, K), (n_tc + 1,), (n_tc,), (n_tc,), (9,), (n_dot,), (9,)]
+    # A, B, rows, cols, P, Bt, then the plan's cuda_tensors: tc_ptr, tc_m, tc_n, tc_order, dot_order,
+    # tc_pos, tc_rbase
+    shapes = [(64, K), (K, N), (9,), (9,), (9,), (N, K), (n_tc + 1,), (n_tc,), (n_tc,), (9,), (n_dot,), (16,),
+              (128 * n_tc,)]
     tensors = [_FakeTensor(4096 * (i + 1), s) for i, s in enumerate(shapes)]
     launch(*tensors, fill_bt=fill_bt)
     ptrs = [t.ptr for t in tensors]

@@ -334,6 +334,12 @@ def test_tilelang_cpu_runs_through_the_runtime(tmp_path):
         out = kernel(a, b, p)
         assert (out.double() - ref).abs().max() <= 2 * 20 * 2.0 ** -24 * (a.double().abs() @ b.double().abs()).max()
     assert kernel(a, b, uniform(50, 41, 0)).shape == (0,)
+    for bad, error in ((-1, ValueError), (2.5, TypeError), ("0", TypeError), (True, TypeError)):
+        with pytest.raises(error, match="`dot_below` is"):
+            kernel.dot_below = bad
+    assert kernel.dot_below == 10**9  # unchanged by the refused values
+    kernel.dot_below = np.int64(0)
+    assert kernel.dot_below == 0 and type(kernel.dot_below) is int
 
 
 @pytest.mark.parametrize("out", ["NNZ", "M, N"])
@@ -518,7 +524,8 @@ def test_wgmma_form_where_it_fits():
     """The `cuda` tile kernel's form (passes/smem_sddmm.py): wgmma for f16/bf16 operands with K a
     multiple of 8, one warpgroup per 64 rows of BM and BN up to 256; mma.sync otherwise. The wgmma
     stages are unpadded 128-byte rows (BK = 64) with 1024 bytes of slack to align them."""
-    from passes.smem_sddmm import PRODUCT_PAD, WGMMA_SLACK, WGMMA_STAGES, cuda_tiles
+    from passes.smem_sddmm import (BLOCK_RESERVED, POS_MIN, POS_PRE, PRODUCT_PAD, SM_SMEM, WGMMA_SLACK, WGMMA_STAGES,
+                                   cuda_tiles)
 
     for args, wgmma in (((128, 128, 256, "f16", True, 256), True), ((64, 40, 24, "bf16", True, 128), True),
                         ((128, 128, 13, "f16", True, 256), False), ((128, 128, 256, "f16", True, 128), False),
@@ -529,7 +536,15 @@ def test_wgmma_form_where_it_fits():
         if wgmma:
             bmp, bnp = -(-args[0] // 64) * 64, -(-args[1] // 8) * 8
             assert (t.bmp, t.bnp, t.bk, t.apitch, t.bpitch) == (bmp, bnp, 64, 64, 64)
-            assert t.smem == max(WGMMA_STAGES * (bmp + bnp) * 64 * 2, bmp * (bnp + PRODUCT_PAD) * 4) + WGMMA_SLACK
+            # the stages or the epilogue's bytes (the products, each tile row's first entry, POS_MIN
+            # entries' 16-bit places), then up to POS_PRE places of their own that keep the blocks per SM
+            base = max(WGMMA_STAGES * (bmp + bnp) * 64 * 2, (bmp * (bnp + PRODUCT_PAD) + bmp) * 4 + 2 * POS_MIN)
+            base += WGMMA_SLACK
+            assert 0 < t.pos_pre <= POS_PRE and t.smem == base + 2 * t.pos_pre
+            blocks = SM_SMEM // (base + BLOCK_RESERVED)
+            assert SM_SMEM // (t.smem + BLOCK_RESERVED) == blocks
+            assert t.pos_pre == POS_PRE or SM_SMEM // (t.smem + 16 + BLOCK_RESERVED) < blocks
+            assert t.pos_cap == (t.smem - WGMMA_SLACK - (bmp * (bnp + PRODUCT_PAD) + bmp) * 4) // 2
         assert not t.reads_b  # B's N columns unknown: the tiles read Bt
     # with M and N known: B itself (N-major) where N % 8 == 0, BN padded to 8 is a multiple of 64
     # and S has at most one wave of tiles (N_MAJOR_MAX_TILES), in the same bytes as Bt's rows

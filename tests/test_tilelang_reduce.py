@@ -12,6 +12,9 @@ import os
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from profiles import examples
 
 from codegen import tilelang
 from passes import smem_tilelang
@@ -213,3 +216,17 @@ def test_a_staged_column_sum_pads_its_rows_to_an_odd_word_count(tmp_path, dtype,
     (op,) = [o for o in module.walk() if o.name == "tile.reduce"]
     assert smem_tilelang.staged_pitch(op) == pitch
     assert smem_tilelang.staged_bytes(op) == 64 * pitch * {"f16": 2, "f32": 4, "f64": 8}[dtype]
+
+
+@settings(max_examples=examples(30, 60), deadline=None)
+@given(n=st.integers(0, 600), stride=st.integers(1, 300), vec=st.sampled_from([1, 2, 4, 8, 16]),
+       active=st.integers(1, 64))
+def test_reduce_lanes_visit_one_period(n, stride, vec, active):
+    """check-smem-fit's threads of a reduction (smem_tilelang.reduce_lanes) visit at most one
+    period of the round-robin deal, with the brute force's answer, so a reduction over an
+    enormous dim is not a loop over it."""
+    assert smem_tilelang.reduce_lanes(n, stride, vec, active) == {(k * stride // vec) % active for k in range(n)}
+
+
+def test_reduce_lanes_of_an_enormous_dim():
+    assert smem_tilelang.reduce_lanes(10**15, 3, 4, 96) == set(range(96))

@@ -8,6 +8,7 @@ generated source plus TileLang's own cache of binaries), allocates the outputs a
 from __future__ import annotations
 
 import contextlib
+import numbers
 import contextvars
 import os
 
@@ -196,7 +197,7 @@ class Kernel:
         # rest tensor-core tiles. None: the `sparse-dispatch` pass's choice (`tkc compile
         # --explain`); 0 forces tensor cores everywhere, a number above BM * BN dot products
         # everywhere (for measurements and tests; f32 operands have dot products only).
-        self.dot_below: int | None = None
+        self._dot_below: int | None = None
         dims = {d for p in self.ast.inputs + self.ast.outputs for d, _ in p.dims or [] if isinstance(d, str)}
         for name in self.extra_dynamic:
             if name not in dims:
@@ -586,6 +587,22 @@ class Kernel:
         b_at = next(i for i, p in enumerate(self.inputs) if p.name == b_name)
         bm, bn = (exprs.evaluate(exprs.parse(x), module.env) for x in op.attrs["tile"])
         return pattern_at, b_at, bm, bn, int(op.attrs.get("dot_below", 0))
+
+    @property
+    def dot_below(self) -> int | None:
+        """A sampled gemm's split (SDDMM): tiles with fewer entries than this are dot products, the
+        rest tensor-core tiles; None (the default) is the `sparse-dispatch` pass's choice. Setting
+        anything but None or an int >= 0 raises TypeError or ValueError."""
+        return self._dot_below
+
+    @dot_below.setter
+    def dot_below(self, value) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            raise TypeError(f"`dot_below` is a {type(value).__name__}; expected None (the sparse-dispatch pass's "
+                            "split) or an int, the entries per tile below which a tile's entries are dot products")
+        if value is not None and value < 0:
+            raise ValueError(f"`dot_below` is {value}; expected None or an int >= 0 (0: every tile on tensor cores)")
+        self._dot_below = None if value is None else int(value)
 
     @property
     def specializations(self) -> int:
