@@ -139,11 +139,40 @@ class _Reader:
 def parse_module(text: str, filename: str = "<ir>", source: str = "") -> Module:
     """Parse and verify IR text. Raises TkError on malformed or invalid IR."""
     try:
-        tree = _parser().parse(text)
-    except lark.exceptions.UnexpectedInput as exc:
-        raise error(Loc(filename, exc.line, exc.column), "malformed IR text",
-                    "the IR must be in the generic form that `tkc opt` prints") from None
-    func = _Reader(filename).op(tree.children[0])
-    module = Module(func, source=source)
-    verify(module, "after parsing")
+        try:
+            tree = _parser().parse(text)
+        except lark.exceptions.UnexpectedInput as exc:
+            raise error(Loc(filename, exc.line, exc.column), "malformed IR text",
+                        "the IR must be in the generic form that `tkc opt` prints") from None
+        func = _Reader(filename).op(tree.children[0])
+        module = Module(func, source=source)
+        verify(module, "after parsing")
+    except RecursionError:
+        line, col = _deepest(text)
+        raise error(Loc(filename, line, col), "IR nested too deeply for tkc",
+                    "the IR `tkc opt` prints nests as deeply as its kernel's source: regenerate it from the "
+                    ".tk file") from None
     return module
+
+
+def _deepest(text: str) -> tuple[int, int]:
+    """(line, column), 1-based, of the first bracket at the deepest nesting of `text` (strings
+    skipped): where an IR that nests too deeply is reported."""
+    depth = best = 0
+    at, line, col, in_string, escaped = (1, 1), 1, 0, False, False
+    for ch in text:
+        col += 1
+        if ch == "\n":
+            line, col = line + 1, 0
+        elif in_string:
+            in_string = (escaped or ch != '"')
+            escaped = not escaped and ch == "\\"
+        elif ch == '"':
+            in_string, escaped = True, False
+        elif ch in "[{(":
+            depth += 1
+            if depth > best:
+                best, at = depth, (line, col)
+        elif ch in "]})":
+            depth -= 1
+    return at

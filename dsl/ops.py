@@ -68,7 +68,11 @@ class FuncOp(Op):
             fail("`tile.func` needs a region with global tensor arguments")
             return
         n = len(self.regions[0].args)
-        for i in self.attrs.get("outputs", []):
+        outputs = self.attrs.get("outputs", [])
+        if not outputs:  # the language's kernels have `-> (...)` with at least one output
+            fail("`tile.func` lists no `outputs`: a kernel writes at least one of its arguments",
+                 "list the output arguments' indices, e.g. `outputs = [2]`")
+        for i in outputs:
             if not 0 <= i < n:
                 fail(f"output index {i} out of range for {n} arguments")
         for a in self.regions[0].args:
@@ -114,6 +118,14 @@ class LaunchOp(Op):
 
     def verify(self, fail, env):
         grid = self.attrs["grid"]
+        threads = self.attrs.get("threads", "128")
+        if isinstance(threads, str):  # (the upper bound is each backend's, with its own diagnostic)
+            try:
+                count = exprs.evaluate(exprs.parse(threads), env)
+            except exprs.ExprError:  # an unknown name is reported by the verifier's name check
+                count = None
+            if isinstance(count, int) and count < 1:
+                fail(f"a block has at least one thread; `threads` is {count}", "set `threads` to e.g. \"128\"")
         if "tiles" in self.attrs:  # a grid over the tiles of a sparse pattern: one extent, vars m, n
             if len(grid) != 1 or len(self.attrs.get("vars", [])) != 2 or len(self.attrs.get("tile_shape", [])) != 2:
                 fail("a `tiles` grid has one extent, two vars and a 2-entry `tile_shape`")
