@@ -37,6 +37,11 @@ def parse_pipeline(spec: str) -> list:
     while pos < len(spec):
         m = _ITEM.match(spec, pos)
         if not m or m.end() == pos:
+            word = re.match(r"\s*([A-Za-z_][A-Za-z0-9_-]*)\s*(\{[^{}]*\})?\s*(,|$)", spec[pos:])
+            if word and word.group(1).lower().replace("_", "-") in PASSES:  # `TILE`, `check_smem_fit`
+                raise error(Loc("<pipeline>", 1, pos + 1), f"unknown pass `{word.group(1)}`",
+                            f"pass names are lower case with hyphens: "
+                            f"`{word.group(1).lower().replace('_', '-')}`")
             raise error(Loc("<pipeline>", 1, pos + 1), f"malformed pipeline at `{spec[pos:]}`",
                         "write `pass-name{option=value,...}` items separated by commas")
         name, body = m.group(1), m.group(3)

@@ -9,6 +9,8 @@ import tempfile
 
 import pytest
 
+import tkc
+from dsl.diagnostics import TkError
 from dsl.ir_parser import parse_module
 from passes.manager import parse_pipeline
 from tkc import driver
@@ -197,6 +199,24 @@ def test_run_options_out_of_range_are_user_errors(capsys, cache_dir, argv, messa
     rc, out, err = cli(capsys, "--cache-dir", cache_dir, "run", path, "--target", "interp", "-D", "B=2", "-D", "N=64",
                        *argv)
     assert rc == 1 and out == "" and err.startswith(message + "\n") and "internal" not in err
+
+
+def test_run_of_ir_text_says_to_run_its_source(capsys, cache_dir, tmp_path):
+    """`tkc run` and tkc.compile take a .tk kernel: IR text from `tkc opt` is a user error that
+    says which commands read IR (it was the .tk parser's `expected kernel` on the IR's first line),
+    while `tkc compile` still compiles it."""
+    src = os.path.join(ROOT, "examples", "rmsnorm.tk")
+    rc, ir, _ = cli(capsys, "opt", src, "-D", "B=2", "-D", "N=64", "-p", "tile")
+    path = tmp_path / "rmsnorm.tkir"
+    path.write_text(ir)
+    rc, out, err = cli(capsys, "--cache-dir", cache_dir, "run", str(path), "--target", "interp", "--check")
+    assert rc == 1 and out == ""
+    assert err.startswith(f"{path}: error: `tkc run` takes a .tk kernel; this is IR text (.tkir)\n")
+    assert "`tkc compile FILE.tkir --target ...` and `tkc opt FILE.tkir` read IR" in err
+    with pytest.raises(TkError, match=r"tkc.compile takes a .tk kernel; this is IR text"):
+        tkc.compile(str(path), target="interp")
+    rc, out, _ = cli(capsys, "compile", str(path), "--target", "tilelang-cpu")
+    assert rc == 0 and "def " in out
 
 
 @pytest.mark.parametrize("pos, message", [

@@ -107,6 +107,7 @@ def test_only_launchable_targets(target):
     ({"QQ": 3}, "`miss_v3` has no schedule constant `QQ`", "its schedule constants: BM, BN, stages, threads"),
     ({"BM": "32"}, "schedule constant `BM` must be an int, got str '32'", None),
     ({"BM": True}, "schedule constant `BM` must be an int, got bool True", None),
+    ({"BM": np.float64(32)}, "schedule constant `BM` must be an int, got float64 np.float64(32.0)", None),
 ])
 def test_compile_checks_its_keywords_when_called(consts, message, note):
     with pytest.raises(TkError) as info:
@@ -114,6 +115,15 @@ def test_compile_checks_its_keywords_when_called(consts, message, note):
     (d,) = info.value.diagnostics
     assert d.message == message and d.loc.file == MISS_V3
     assert d.notes == ([note] if note else [])
+
+
+def test_a_numpy_integer_constant_is_an_int(tmp_path):
+    """A schedule constant given as a numpy integer (from a sweep over np.arange) compiles as the
+    Python int: the same kernel, the same cache entry."""
+    k = tkc.compile(MISS_V3, target="interp", BM=np.int64(16), BN=np.int32(32))
+    assert k.consts == {"BM": 16, "BN": 32} and all(type(v) is int for v in k.consts.values())
+    a, b = torch.randn(20, 48).half(), torch.randn(16, 40).half()
+    assert torch.equal(k(a, b), tkc.compile(MISS_V3, target="interp", BM=16, BN=32)(a, b))
 
 
 def test_numpy_arrays_are_converted_and_other_arguments_refused(tmp_path):

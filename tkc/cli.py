@@ -347,6 +347,10 @@ def cmd_run(args) -> int:
     if args.rtol is not None and not 0 <= args.rtol < float("inf"):  # (NaN fails too)
         raise error(where, f"--rtol must be a finite number >= 0, got {args.rtol}",
                     "leave it out for the tolerance derived from the kernel's dtypes and reduction length")
+    if args.file.endswith(".tkir"):
+        raise error(Loc(args.file, 0, 0), "`tkc run` takes a .tk kernel; this is IR text (.tkir)",
+                    "run the .tk file the IR came from; `tkc compile FILE.tkir --target ...` and `tkc opt "
+                    "FILE.tkir` read IR")
     return check.run_file(args.file, args.target, dict(args.defines), args.seed, args.check, args.rtol,
                           _cache(args), args.inputs)
 

@@ -213,9 +213,10 @@ class Kernel:
                 known = ", ".join(sorted(self.ast.consts)) or "none"
                 raise error(self.ast.loc, f"`{self.ast.name}` has no schedule constant `{name}`",
                             f"its schedule constants: {known}")
-            if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise error(self.ast.loc, f"schedule constant `{name}` must be an int, got {type(value).__name__} "
                             f"{value!r}")
+            self.consts[name] = int(value)  # a numpy integer too, as a Python int (the cache key, the IR)
 
     @property
     def inputs(self):
@@ -724,6 +725,10 @@ def compile(path: str, target: str = "tilelang", cache_dir: str | None = None, t
         raise error(Loc("<tkc.compile>", 0, 0), f"the kernel's path must be a str or os.PathLike, got "
                     f"{type(path).__name__}", "pass the .tk file's path")
     path = os.fspath(path)
+    if path.endswith(".tkir"):  # (`tkc compile` and `tkc opt` read IR; a kernel to call is its .tk source)
+        raise error(Loc(path, 0, 0), "tkc.compile takes a .tk kernel; this is IR text (.tkir)",
+                    "run the .tk file the IR came from; `tkc compile FILE.tkir --target ...` and `tkc opt "
+                    "FILE.tkir` read IR")
     if target not in LAUNCH_TARGETS:
         raise error(Loc(path, 0, 0), f"target `{target}` cannot be launched", f"use one of {', '.join(LAUNCH_TARGETS)}")
     from tkc.cache import usable
