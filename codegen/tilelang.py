@@ -38,6 +38,9 @@ TL_DTYPES = {"f16": "T.float16", "bf16": "T.bfloat16", "f32": "T.float32", "f64"
 # stored the same register for every column on an H200 (relative error 0.84; correct with it off,
 # 2026-11-21). Correctness first: it stays off until the backend can prove a tile is safe.
 PASS_CONFIGS = {"tl.disable_warp_specialized": True}
+# bytes of tiles one `tilelang-cpu` launch may declare (C arrays on the stack): three quarters of
+# Linux's default 8 MiB thread stack (16 MiB segfaulted); the examples' defaults take at most 1.3 MB
+CPU_STACK_BYTES = 6 << 20
 # Device code placed before the kernel when it reads peer tiles: a generic pointer to the same
 # shared-memory object in block `rank` of the cluster (cooperative groups lowers it to `mapa`).
 PEER_PRELUDE = '''PEER_PRELUDE = r"""
@@ -286,6 +289,7 @@ class _Emitter:
         kname = func.attrs.get("sym_name", "kernel")
         if self.cpu:
             self.check_cpu_dtypes()
+            self.check_cpu_stack()
         self.used |= {kname, *func.attrs.get("dims", {}), *func.attrs.get("consts", {}), "main", *dynamic_dims(func),
                       *(n for n, _, _ in scalars(func))}
         for op in self.m.walk():
@@ -597,6 +601,29 @@ class _Emitter:
             name = f"{base}_{i}"
         self.used.add(name)
         return name
+
+    def check_cpu_stack(self) -> None:
+        """TileLang's C target declares a kernel's tiles as arrays on the C stack, where a large one
+        crashes the process (a 16 MiB tile segfaulted): a launch whose tiles need more than
+        CPU_STACK_BYTES is an error at its largest tile."""
+        env = self.env
+        for launch in (op for op in self.m.func.walk() if op.name == "tile.launch"):
+            tiles = []
+            for op in launch.walk():
+                if op.name != "tile.alloc":
+                    continue
+                try:
+                    tiles.append((op.result.type.nbytes(env) * op.attrs.get("stages", 1), op))
+                except exprs.ExprError:  # a dynamic extent: known at the call only
+                    continue
+            total = sum(n for n, _ in tiles)
+            if total > CPU_STACK_BYTES:
+                n, op = max(tiles, key=lambda t: t[0])
+                raise error(op.loc, f"target `tilelang-cpu` keeps a launch's tiles on the C stack: these need "
+                            f"{total:,} bytes, over the {CPU_STACK_BYTES:,} it allows (the largest, "
+                            f"`{op.result}` {op.result.type}, {n:,} bytes)",
+                            "use smaller tile extents (the schedule constants that set them), or `--target interp` "
+                            "for the reference interpreter")
 
     def check_cpu_dtypes(self) -> None:
         """TileLang's C target has no bf16 arithmetic: reject it at the first tile that uses it."""
