@@ -152,6 +152,16 @@ def test_matches_peft_and_float64(spy, form, dtype):
     assert len(spy) == 2
 
 
+def test_bf16_layers_on_tilelang_cpu_are_refused_at_enable():
+    """TileLang's C target has no bf16 arithmetic: `enable` says so (and leaves the model as it
+    was) instead of every later forward failing to compile."""
+    model = miss_model(torch.bfloat16, "balance")
+    with pytest.raises(ValueError, match=r"target `tilelang-cpu` has no bf16 arithmetic, and 2 MissLinear layers "
+                                         r"\(`base_model.model.up`, \.\.\.\) are bf16: pass target=\"interp\""):
+        tkc_peft.enable(model, target="tilelang-cpu")
+    assert all("_tkc_miss" not in m.__dict__ for m in miss_layers(model).values())
+
+
 class TinyNoBias(Tiny):
     """Tiny with a base Linear without bias (the fused kernel then adds zeros)."""
 

@@ -268,8 +268,9 @@ def enable(model, target: str | None = None, cache_dir: str | None = None) -> li
     on the CPU); default `default_target()`. `cache_dir`: tkc's compile cache (default: tkc's).
     Returns the qualified names of the switched layers; warns (UserWarning) about layers whose
     `miss_block` dtype is not their base weight's (they keep PEFT's forward). Raises
-    ModuleNotFoundError without PEFT, ValueError when `model` has no MissLinear, TkError (tkc)
-    for a target tkc cannot launch.
+    ModuleNotFoundError without PEFT, ValueError when `model` has no MissLinear or has bf16 layers
+    and `target` is "tilelang-cpu" (TileLang's C target has no bf16), TkError (tkc) for a target
+    tkc cannot launch.
     """
     import types
     import warnings
@@ -283,6 +284,11 @@ def enable(model, target: str | None = None, cache_dir: str | None = None) -> li
     if not layers:
         raise ValueError(f"{type(model).__name__} has no PEFT MissLinear layer "
                          "(build it with peft.get_peft_model(model, peft.MissConfig(...)))")
+    bf16 = [n for n, m in layers if m.base_layer.weight.dtype == torch.bfloat16]
+    if target == "tilelang-cpu" and bf16:  # TileLang's C target has no bf16 arithmetic (each call would fail)
+        raise ValueError(f"target `tilelang-cpu` has no bf16 arithmetic, and {len(bf16)} MissLinear layers "
+                         f"(`{bf16[0]}`, ...) are bf16: pass target=\"interp\" on the CPU, \"tilelang\" or "
+                         "\"cuda\" on the GPU")
     mixed = [n for n, m in layers if any(b.dtype != m.base_layer.weight.dtype for b in m.miss_block.values())]
     if mixed:  # PEFT keeps adapter weights in f32 by default (get_peft_model's autocast_adapter_dtype)
         warnings.warn(f"{len(mixed)} MissLinear layers (`{mixed[0]}`, ...) have a `miss_block` dtype other than "
