@@ -68,7 +68,7 @@ def main() -> int:
             plan = sp.dispatch_plan(p, bm, bn, below)
             for how in hows:
                 dot = order(p, plan.dot_order.long(), how) if plan.n_dot else plan.dot_order
-                tensors = (plan.tc_ptr, plan.tc_m, plan.tc_n, plan.tc_order, dot)
+                tensors = (plan.tc_ptr, plan.tc_m, plan.tc_n, plan.tc_order, dot, plan.tc_pos, plan.tc_rbase)
                 P = torch.full((nnz,), float("nan"), device="cuda")
                 args = [A, B, p.rows, p.cols, P, bt, *tensors]
                 jit(*args)
@@ -88,7 +88,8 @@ def main() -> int:
                 r2, c2 = p.rows[d].contiguous(), p.cols[d].contiguous()
                 ident = torch.arange(nnz, device="cuda", dtype=torch.int32)
                 P2 = torch.full((nnz,), float("nan"), device="cuda")
-                args2 = [A, B, r2, c2, P2, bt, plan.tc_ptr, plan.tc_m, plan.tc_n, plan.tc_order, ident]
+                args2 = [A, B, r2, c2, P2, bt, plan.tc_ptr, plan.tc_m, plan.tc_n, plan.tc_order, ident, plan.tc_pos,
+                         plan.tc_rbase]
                 jit(*args2)
                 torch.cuda.synchronize()
                 err = ((P2 - ref[d]).abs().max() / ref.abs().max()).item()
