@@ -60,7 +60,7 @@ from dsl.diagnostics import TkError, error
 from dsl.ir import Module, Op
 from codegen.cuda_prelude import C_TYPES, PRELUDE
 from passes import smem_sddmm
-from passes.smem_sddmm import TRANSPOSE_TILE, rc_packed16
+from passes.smem_sddmm import TRANSPOSE_TILE
 from passes.sparse_dispatch import MMA_SHAPE
 from passes.targets import DEFAULT_SM, SMEM_LIMITS
 
@@ -148,7 +148,7 @@ def emit(module: Module) -> str:
     fm, fn = -(-am // wgm), -(-an // wgn)  # atoms per warp (some warps idle when the tile is small)
     tiles_bound = max(-(-M // bm), 1) * max(-(-N // bn), 1)
     T, OT = C_TYPES[dt], C_TYPES[odt]
-    packed16 = rc_packed16(bm, bn)  # a tile entry's place: (row << 8) | col in 16 bits, else (row << 16) | col
+    pos_t = "unsigned short" if tiles.pos_bytes == 2 else "int"  # a tile entry's place: (row << 8) | col, else << 16
     dots = f"{kname}_dots"
     # `kernel`/`grid` name what one launch runs when there is one kernel (the CPU emulation runs it)
     config = {"kernel": kname if tc else dots, "grid": [max(tiles_bound if tc else -(-nnz // dot_per_block), 1), 1, 1],
@@ -177,7 +177,7 @@ def emit(module: Module) -> str:
         w(f"// {role} {v.name}: {v.type.dtype}[{shape}]")
     w(f"// launch data (tkc.sparse.DispatchPlan): Bt {dt}[N, K] (read by the dot products"
       f"{' and the wgmma tiles' if tc and tiles.wgmma and not tiles.reads_b else ''}), tc_ptr i32[n_tc + 1], "
-      f"tc_m i32[n_tc], tc_n i32[n_tc], tc_order i32[..], dot_order i32[n_dot], tc_pos {'u16' if packed16 else 'i32'}[..], "
+      f"tc_m i32[n_tc], tc_n i32[n_tc], tc_order i32[..], dot_order i32[n_dot], tc_pos {'u16' if tiles.pos_bytes == 2 else 'i32'}[..], "
       "tc_rbase i32[n_tc * BM or 0], then n_tc and n_dot by value")
     w(f"// tkc-launch: {json.dumps(config)}")
     L.extend(PRELUDE.rstrip("\n").split("\n"))
@@ -209,7 +209,7 @@ def emit(module: Module) -> str:
     w("")
     sparse_args = (f"const {T}* __restrict__ Bt, const int* __restrict__ tc_ptr, const int* __restrict__ tc_m, "
                    "const int* __restrict__ tc_n, const int* __restrict__ tc_order, const int* __restrict__ dot_order, "
-                   f"const {'unsigned short' if packed16 else 'int'}* __restrict__ tc_pos, "
+                   f"const {pos_t}* __restrict__ tc_pos, "
                    "const int* __restrict__ tc_rbase, const int n_tc, const int n_dot")
     head = (f"(const {T}* __restrict__ A, const {T}* __restrict__ B, const int* __restrict__ rows, "
             f"const int* __restrict__ cols, {OT}* __restrict__ P, {sparse_args})")

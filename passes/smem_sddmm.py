@@ -134,9 +134,9 @@ class CudaTiles:
 
     @property
     def pos_bytes(self) -> int:
-        """Bytes of a tile entry's place in tc_pos (tkc.sparse.DispatchPlan): 2 where BM and BN
-        are at most 256 (`rc_packed16`; BMP and BNP are then too), else 4."""
-        return 2 if rc_packed16(self.bmp, self.bnp) else 4
+        """Bytes of a tile entry's place in tc_pos (`pos_bytes`; BMP and BNP are at most 256
+        exactly where BM and BN are)."""
+        return pos_bytes(self.bmp, self.bnp)
 
     @property
     def epilogue_bytes(self) -> int:
@@ -214,7 +214,7 @@ def n_major_fits(bn: int, n: int, tiles: int) -> bool:
 def _epilogue(bm: int, bn: int, bmp: int, cpitch: int) -> int:
     """Shared bytes the tile kernel's epilogue needs at least: the products, each tile row's first
     entry index, POS_MIN entries' places (CudaTiles.epilogue_bytes, pos_cap)."""
-    return (bmp * cpitch + bmp) * 4 + POS_MIN * (2 if rc_packed16(bm, bn) else 4)
+    return (bmp * cpitch + bmp) * 4 + POS_MIN * pos_bytes(bm, bn)
 
 
 def _pos_pre(smem: int, bm: int, bn: int) -> int:
@@ -225,7 +225,7 @@ def _pos_pre(smem: int, bm: int, bn: int) -> int:
     if blocks == 0:
         return 0
     room = min(SM_SMEM // blocks - BLOCK_RESERVED - smem, SMEM_LIMITS[DEFAULT_SM] - smem)
-    size = 2 if rc_packed16(bm, bn) else 4
+    size = pos_bytes(bm, bn)
     return max(0, min(POS_PRE * size, room) // 16 * 16 // size)
 
 
@@ -234,6 +234,11 @@ def rc_packed16(bm: int, bn: int) -> bool:
     the form of tkc.sparse.DispatchPlan.tc_pos that the `cuda` tile kernel reads (else int32,
     (row << 16) | col)."""
     return bm <= 256 and bn <= 256
+
+
+def pos_bytes(bm: int, bn: int) -> int:
+    """Bytes of a tile entry's place in tc_pos for BM x BN tiles: 2 where `rc_packed16`, else 4."""
+    return 2 if rc_packed16(bm, bn) else 4
 
 
 def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool, threads: int = 0, n: int = 0,
@@ -250,7 +255,7 @@ def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool, threads: int = 0,
         cpitch = bnp + PRODUCT_PAD
         smem = max(WGMMA_STAGES * stage_elems * esize, _epilogue(bm, bn, bmp, cpitch)) + WGMMA_SLACK
         pre = _pos_pre(smem, bm, bn)
-        smem += pre * (2 if rc_packed16(bm, bn) else 4)
+        smem += pre * pos_bytes(bm, bn)
         return CudaTiles(tc, dtype, bmp, bnp, kp, bk, bk, bk, cpitch, stage_elems, smem, transpose, True, WGMMA_STAGES,
                          n_major_fits(bn, n, -(-m // bm) * -(-n // bn)), pre)
     mm, mn, mk = MMA_SHAPE
@@ -265,7 +270,7 @@ def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool, threads: int = 0,
     cpitch = bnp + PRODUCT_PAD
     smem = max(CUDA_STAGES * stage_elems * esize, _epilogue(bm, bn, bmp, cpitch)) if tc else 0
     pre = _pos_pre(smem, bm, bn) if tc else 0
-    smem += pre * (2 if rc_packed16(bm, bn) else 4)
+    smem += pre * pos_bytes(bm, bn)
     return CudaTiles(tc, dtype, bmp, bnp, kp, bk, apitch, bpitch, cpitch, stage_elems, smem, transpose, pos_pre=pre)
 
 

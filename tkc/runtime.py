@@ -8,8 +8,8 @@ generated source plus TileLang's own cache of binaries), allocates the outputs a
 from __future__ import annotations
 
 import contextlib
-import numbers
 import contextvars
+import numbers
 import os
 
 from codegen import tilelang as tilelang_gpu
@@ -193,11 +193,7 @@ class Kernel:
             p.dims is not None for p in self.ast.inputs) else None
         self._token = object()
         self._inputs = self.ast.inputs + [p for p in self.ast.outputs if p.mutable]
-        # A sampled gemm's split (SDDMM): tiles with fewer entries than this are dot products, the
-        # rest tensor-core tiles. None: the `sparse-dispatch` pass's choice (`tkc compile
-        # --explain`); 0 forces tensor cores everywhere, a number above BM * BN dot products
-        # everywhere (for measurements and tests; f32 operands have dot products only).
-        self._dot_below: int | None = None
+        self._dot_below: int | None = None  # the `dot_below` property
         dims = {d for p in self.ast.inputs + self.ast.outputs for d, _ in p.dims or [] if isinstance(d, str)}
         for name in self.extra_dynamic:
             if name not in dims:
@@ -592,7 +588,9 @@ class Kernel:
     @property
     def dot_below(self) -> int | None:
         """A sampled gemm's split (SDDMM): tiles with fewer entries than this are dot products, the
-        rest tensor-core tiles; None (the default) is the `sparse-dispatch` pass's choice. Setting
+        rest tensor-core tiles. None (the default) is the `sparse-dispatch` pass's choice (`tkc
+        compile --explain`); 0 forces tensor cores everywhere, a number above BM * BN dot products
+        everywhere (for measurements and tests; f32 operands have dot products only). Setting
         anything but None or an int >= 0 raises TypeError or ValueError."""
         return self._dot_below
 

@@ -325,7 +325,6 @@ class DispatchPlan:
         return self.cuda_tensors() if target == "cuda" else self.tensors()
 
 
-
 def dispatch_plan(p: SparsePattern, BM: int, BN: int, dot_below: int) -> DispatchPlan:
     """`p`'s entries split between tensor-core tiles (BM x BN tiles with >= `dot_below` entries)
     and dot products (the rest), as DispatchPlan. Memoized per (pattern object, BM, BN,
