@@ -120,11 +120,15 @@ PRELUDE = r"""#pragma nv_diag_suppress 177  // unused constants and indices are 
 // programmatic-stream-serialization attribute (tkc.programmatic_launch) may start while its
 // predecessor in the stream still runs; every kernel first waits until that predecessor has
 // finished and its memory is visible, then lets its own successor start launching. Without the
-// attribute both instructions return at once.
+// attribute the wait returns at once. The trigger is not free even then: in a grid of 131072
+// blocks it doubled RoPE's time on an H200 (docs/PERFORMANCE.md "launch_dependents"), so only
+// grids of at most TK_PDL_TRIGGER_BLOCKS blocks give it; a larger grid's successor launches when
+// the grid ends, which costs a launch's latency against a kernel of many waves.
+#define TK_PDL_TRIGGER_BLOCKS 32768
 __device__ __forceinline__ void tk_pdl_enter() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z <= TK_PDL_TRIGGER_BLOCKS) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 

@@ -7,7 +7,8 @@ torch eager (benchmarks/transformer.py's functions) on the same inputs first, in
 Run on the device machine: `python3 benchmarks/probes/decode_tiling/probe.py [NAME ...]
 [--target=tilelang]` (default `cuda`), or
 `... probe.py llama110m` for the kernels of a stories110M decode step at its shapes, `... probe.py
-attdecode` for attention.tk's tilings at the decode benchmark's shapes.
+attdecode` for attention.tk's tilings at the decode benchmark's shapes, `... probe.py trigger` for
+grids of many small blocks (the programmatic-launch trigger's cost).
 """
 
 from __future__ import annotations
@@ -110,6 +111,18 @@ ATT_DECODE = [("attention", {"H": h, "HD": hd, "S": 1024, "KVD": h * hd}, {"pos"
               for h, hd in ((6, 48), (8, 64), (12, 64), (32, 128)) for pos in (1, 1023)]
 
 
+# grids of many small blocks, selected with the argument `trigger`: the cost of PTX
+# `griddepcontrol.launch_dependents` (codegen/cuda_prelude.py `tk_pdl_enter`) is measured by
+# running this list in trees whose prelude has the trigger, the wait or neither
+# (docs/PERFORMANCE.md "launch_dependents")
+TRIGGER = [
+    ("rope", {"B": 16384, "D": 4096}, {"pos": 1023}, [{"BR": 4, "threads": 32}, {"BR": 8, "threads": 64},
+                                                      {"BR": 16, "threads": 128}, {"BR": 32, "threads": 256}], ""),
+    ("accum", {"B": 16384, "N": 4096}, {}, [{}, {"BN": 512, "threads": 128}, {"BN": 4096, "threads": 1024}], "f16"),
+    ("accum", {"B": 16384, "N": 4096}, {}, [{}, {"BN": 2048, "threads": 512}, {"BN": 4096, "threads": 1024}], ""),
+]
+
+
 def path_of(name: str, dtype: str, workdir: str) -> str:
     from transformer import source
 
@@ -141,6 +154,8 @@ def main() -> None:
         todo = LLAMA110M
     elif args == ["attdecode"]:
         todo = ATT_DECODE
+    elif args == ["trigger"]:
+        todo = TRIGGER
     else:
         todo = [c for c in CASES if not args or c[0] in args]
     jobs = [(path_of(n, dt, cache), c, d, cache, target) for n, d, _, vs, dt in todo for c in vs]
