@@ -247,6 +247,118 @@ def test_cli_runs_and_checks_the_example(tmp_path):
     assert "sddmm: ran on tilelang-cpu (cpu)" in r.stdout and "P: max relative error" in r.stdout and ": ok" in r.stdout
 
 
+# ---- `tkc run --pattern NAME=SOURCE`: a Matrix Market file, R-MAT or uniform --------------------
+def _run_cli(tmp_path, capsys, *argv):
+    from tkc import cli
+
+    try:
+        rc = cli.main(["--cache-dir", str(tmp_path / "cache"), "run", *argv])
+    except SystemExit as exc:  # argparse's usage errors (exit status 1 by tkc's parser)
+        rc = exc.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def _mtx(tmp_path, M=37, N=29, density=0.09, seed=3, name="s.mtx"):
+    """A Matrix Market file of a random M x N pattern whose entries are listed out of order."""
+    m = scipy.sparse.random(M, N, density=density, format="coo", random_state=seed)
+    perm = np.random.default_rng(seed).permutation(m.nnz)
+    path = tmp_path / name
+    scipy.io.mmwrite(str(path), scipy.sparse.coo_matrix((m.data[perm] + 1, (m.row[perm], m.col[perm])), shape=m.shape))
+    return str(path), m
+
+
+def test_cli_takes_the_pattern_from_a_matrix_market_file(tmp_path, capsys):
+    """The file's shape and entry count set M, N and NNZ, and its entries are the pattern the kernel
+    and the reference see (interp and tilelang-cpu, csr values and a coo kernel's dense P)."""
+    path, m = _mtx(tmp_path)
+    example = os.path.join(ROOT, "examples", "sddmm.tk")
+    for target in ("interp", "tilelang-cpu"):
+        rc, out, err = _run_cli(tmp_path, capsys, example, "--target", target, "--check", "--pattern", f"S={path}",
+                                "-D", "K=24", "-D", "BM=16", "-D", "BN=16")
+        assert rc == 0, err
+        assert f"K=24, M=37, N=29, NNZ={m.nnz}," in out and f"S: 37 x 29 pattern, {m.nnz} entries (from {path})" in out
+        assert "P: max relative error" in out and ": ok" in out
+    coo = tmp_path / "coo.tk"
+    coo.write_text('''kernel sd<BM=8, BN=16>(A: f32[M, K], B: f32[K, N], S: coo[M, N, NNZ]) -> (P: f32[M, N])
+    where M = 5, N = 5, K = 8, NNZ = 3
+    reference "torch.sparse.sampled_addmm(S.to_sparse_csr(), A, B, beta=0.0).to_dense()"
+{
+    grid (tiles(S, BM, BN)) as (m, n)
+    P[S] = A[m*BM : +BM, :] @ B[:, n*BN : +BN]
+}
+''')
+    rc, out, err = _run_cli(tmp_path, capsys, str(coo), "--target", "interp", "--check", "--pattern", f"S={path}")
+    assert rc == 0, err
+    assert f"M=37, N=29, NNZ={m.nnz}" in out and ": ok" in out
+
+
+def test_pattern_sources_give_the_file_s_entries_and_skewed_rmat(tmp_path):
+    """random_inputs uses the file's entries themselves (not a random pattern of its size), and
+    `rmat` a power-law pattern: its busiest row holds far more entries than a uniform one's."""
+    from tkc import check, driver
+
+    path, m = _mtx(tmp_path)
+    example = os.path.join(ROOT, "examples", "sddmm.tk")
+    module = driver.frontend(example, {})
+    sources, bound = check.pattern_sources(module, {"S": path}, {})
+    assert bound == {"M": 37, "N": 29, "NNZ": m.nnz}
+    module = driver.frontend(example, bound)
+    _, _, pattern = oracle.random_inputs(module, 0, "cpu", "normal", {}, sources)
+    want = sorted(zip(m.row.tolist(), m.col.tolist()))
+    assert list(zip(pattern.rows.tolist(), pattern.cols.tolist())) == want
+    dims = {"M": 512, "N": 512, "NNZ": 4000, "K": 8}
+    module = driver.frontend(example, dims)
+    busiest = {}
+    for kind in ("uniform", "rmat"):
+        _, _, p = oracle.random_inputs(module, 0, "cpu", "normal", {}, {"S": kind})
+        assert (p.M, p.N, p.nnz) == (512, 512, 4000)
+        busiest[kind] = int(torch.bincount(p.rows.long(), minlength=512).max())
+    assert busiest["rmat"] > 3 * busiest["uniform"], busiest
+
+
+def test_a_pattern_file_must_fit_dims_it_does_not_set(tmp_path, capsys):
+    """A literal dim (30 columns) is checked against the file, located at the file."""
+    path, _ = _mtx(tmp_path, N=29)
+    k = tmp_path / "lit.tk"
+    k.write_text('''kernel sd<BM=16, BN=16>(A: f16[M, K], B: f16[K, 30], S: csr[M, 30, NNZ]) -> (P: f32[NNZ])
+    where M = 40, K = 16, NNZ = 50
+    reference "torch.sparse.sampled_addmm(S, A, B, beta=0.0).values()"
+{
+    grid (tiles(S, BM, BN)) as (m, n)
+    P[S] = A[m*BM : +BM, :] @ B[:, n*BN : +BN]
+}
+''')
+    rc, _, err = _run_cli(tmp_path, capsys, str(k), "--target", "interp", "--pattern", f"S={path}")
+    assert rc == 1 and err.startswith(f"{path}: error: `S` needs 30 columns (`30`), and the file has 29"), err
+    path30, _ = _mtx(tmp_path, N=30, name="s30.mtx")
+    rc, out, err = _run_cli(tmp_path, capsys, str(k), "--target", "interp", "--check", "--pattern", f"S={path30}")
+    assert rc == 0 and ": ok" in out, err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--pattern", "X=rmat"], "<command line>:1:1: error: `--pattern X=...`: `sddmm` has no sparse input `X`"),
+    (["--pattern", "S=bogus"], "error: `--pattern S=bogus`: not `uniform`, `rmat` or an existing file"),
+    (["--pattern", "S=missing.mtx"], "missing.mtx: error: pattern of `S`: cannot open"),
+    (["--pattern", "S=BAD"], "BAD: error: pattern of `S`: `BAD` is not a valid Matrix Market file"),
+    (["--pattern", "S=FILE", "-D", "M=38"], "error: `-D M=38` disagrees with `FILE`, which has 37 rows"),
+    (["--pattern", "S=rmat", "--pattern", "S=uniform"], "error: `--pattern S=...` is given more than once"),
+    (["--pattern", "S"], "error: argument --pattern: expected NAME=SOURCE"),
+    (["--pattern", "S=rmat", "-D", "M=8", "-D", "N=8", "-D", "NNZ=40"],
+     "error: cannot draw an R-MAT pattern for `S`: `nnz` = 40 is 62% of the 8 x 8 positions"),
+])
+def test_bad_pattern_sources_are_user_errors(tmp_path, capsys, argv, message):
+    path, _ = _mtx(tmp_path)
+    bad = tmp_path / "bad.mtx"
+    bad.write_text("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n")
+    subst = {"FILE": path, "BAD": str(bad)}
+    argv = [a.replace("S=FILE", f"S={path}").replace("S=BAD", f"S={bad}") for a in argv]
+    message = message.replace("FILE", subst["FILE"]).replace("BAD", subst["BAD"])
+    rc, _, err = _run_cli(tmp_path, capsys, os.path.join(ROOT, "examples", "sddmm.tk"), "--target", "interp", *argv)
+    assert rc == 1 and message in err, err
+    assert "internal compiler error" not in err and "Traceback" not in err
+
+
 # ---- TileLang (codegen/tilelang_sddmm.py): the kernel on the C target, the GPU form lowered -------
 
 # (format, output, dtype, BM, BN, dims): M and N cut the tiles; K is not a multiple of 8

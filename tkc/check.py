@@ -16,8 +16,84 @@ from dsl.diagnostics import error
 from dsl.ops import has_grid_barrier
 from tkc import driver
 from tkc.cache import Cache
-from tkc.oracle import dims_env, error_budgets, outputs, random_inputs, reference, rel_error  # noqa: F401 (re-exported)
+from tkc.oracle import dims_env, error_budgets, input_names, outputs, random_inputs, reference, rel_error  # noqa: F401 (re-exported)
 from tkc.runtime import Kernel
+
+
+class PatternFile:
+    """A sparse input's pattern read from a Matrix Market file (`tkc run --pattern S=FILE.mtx`)."""
+
+    def __init__(self, path: str, pattern):
+        self.path, self.pattern = path, pattern
+
+
+def _sparse_inputs(module) -> dict[str, tuple[str, str, str, object]]:
+    """Sparse input name -> (format, M expression, N expression, NNZ shape entry) of `module`."""
+    args = {a.name: a for a in module.func.body.args}
+    return {name: (fmt, m, n, args[f"{name}_rows"].type.shape[0])
+            for name, fmt, _, m, n in module.func.attrs.get("sparse", [])}
+
+
+def pattern_sources(module, patterns: dict[str, str], defines: dict[str, int]):
+    """(sources, bound dims) for `tkc run --pattern NAME=SOURCE`: each source is "uniform",
+    "rmat" or a PatternFile; a file's rows, columns and entry count bind the pattern's dims where
+    they are bare dim names. TkError at the command line for an unknown input or source, at the
+    file for one tkc cannot read, and where `-D` gives a dim another value than the file."""
+    from dsl.diagnostics import Loc
+    from dsl.exprs import Sym
+    from tkc.sparse import SparseInputError, read_mtx
+
+    where = Loc("<command line>", 1, 1)
+    sparse = _sparse_inputs(module)
+    kernel = module.func.attrs["sym_name"]
+    sources, bound = {}, {}
+    for name, source in patterns.items():
+        if name not in sparse:
+            has = f"its sparse inputs: {', '.join(sorted(sparse))}" if sparse else f"`{kernel}` has none"
+            raise error(where, f"`--pattern {name}=...`: `{kernel}` has no sparse input `{name}`",
+                        f"{has}; a sparse input is declared `{name}: csr[M, N, NNZ]` or `coo[...]`")
+        if source in ("uniform", "rmat"):
+            sources[name] = source
+            continue
+        if not os.path.exists(source) and "." not in os.path.basename(source):
+            raise error(where, f"`--pattern {name}={source}`: not `uniform`, `rmat` or an existing file",
+                        "give `uniform`, `rmat` or the path of a Matrix Market (.mtx) file")
+        try:
+            pattern = read_mtx(source)
+        except SparseInputError as exc:
+            raise error(Loc(source, 0, 0), f"pattern of `{name}`: {exc.message}",
+                        *([exc.note] if exc.note else [])) from None
+        sources[name] = PatternFile(source, pattern)
+        _, m, n, nnz = sparse[name]
+        for expr, value, what in ((m, pattern.M, "rows"), (n, pattern.N, "columns"), (nnz, pattern.nnz, "entries")):
+            dim = expr if isinstance(expr, str) else expr.name if isinstance(expr, Sym) else None
+            if dim is None or not dim.isidentifier() or dim not in module.func.attrs["dims"]:
+                continue  # a literal or an expression: checked once the dims are bound (check_pattern_dims)
+            if dim in defines and defines[dim] != value:
+                raise error(where, f"`-D {dim}={defines[dim]}` disagrees with `{source}`, which has {value} {what}",
+                            f"leave `-D {dim}` out: the file sets it")
+            bound[dim] = value
+    return sources, bound
+
+
+def check_pattern_dims(module, sources) -> None:
+    """Each pattern file's shape and entry count equal the pattern's dims as `module` binds them
+    (a dim that is a literal or an expression is not bound by the file); TkError at the file."""
+    from dsl import exprs
+    from dsl.diagnostics import Loc
+
+    env = dims_env(module)
+    for name, (_, m, n, nnz) in _sparse_inputs(module).items():
+        source = sources.get(name)
+        if not isinstance(source, PatternFile):
+            continue
+        for expr, value, what in ((m, source.pattern.M, "rows"), (n, source.pattern.N, "columns"),
+                                  (nnz, source.pattern.nnz, "entries")):
+            text = expr if isinstance(expr, str) else exprs.to_str(expr)
+            want = exprs.evaluate(exprs.parse(text) if isinstance(expr, str) else expr, env)
+            if want != value:
+                raise error(Loc(source.path, 0, 0), f"`{name}` needs {want} {what} (`{text}`), and the file has {value}",
+                            "choose the dims with -D so that the pattern's shape matches the file")
 
 
 def _memory_bytes(device: str) -> int | None:
@@ -33,10 +109,17 @@ def _memory_bytes(device: str) -> int | None:
 
 
 def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, check: bool,
-             rtol: float | None, cache: Cache, dist: str = "normal") -> int:
+             rtol: float | None, cache: Cache, dist: str = "normal", patterns: dict[str, str] | None = None) -> int:
     import torch
 
     module = driver.frontend(path, defines)
+    sources = {}
+    if patterns:
+        sources, bound = pattern_sources(module, patterns, defines)
+        if bound:
+            defines = {**defines, **bound}
+            module = driver.frontend(path, defines)
+            check_pattern_dims(module, sources)
     if target is None:  # TileLang's C target has no clusters: the interpreter simulates them
         clusters = any("cluster" in op.attrs for op in module.walk() if op.name == "tile.launch")
         grid_sync = has_grid_barrier(module.func)  # `sync grid`: cuda and interp only
@@ -54,7 +137,7 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
         raise error(module.func.loc, f"the kernel's tensors need {nbytes:,} bytes; this machine's {device} "
                     f"memory is {total:,} bytes", "choose smaller dims with -D")
     try:
-        inputs = random_inputs(module, seed, device, dist, defines)
+        inputs = random_inputs(module, seed, device, dist, defines, sources)
     except (MemoryError, RuntimeError) as exc:  # torch's allocation failures are RuntimeErrors
         if isinstance(exc, RuntimeError) and "memory" not in str(exc).lower():
             raise
@@ -62,7 +145,6 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
                     "choose smaller dims with -D") from None
     consts = {k: v for k, v in defines.items() if k in module.func.attrs["consts"]}  # dims: from the tensors
     kernel = Kernel(path, target, consts, cache)
-    from tkc.oracle import input_names
 
     args = module.func.body.args
     mut = {args[i].name for i in module.func.attrs.get("mutable", [])}  # updated in place: the
@@ -73,6 +155,11 @@ def run_file(path: str, target: str | None, defines: dict[str, int], seed: int, 
     scalar_args = {n: v for n, v in zip(input_names(module), inputs) if isinstance(v, int)}
     shapes = ", ".join(f"{n}={v}" for n, v in sorted({**dims_env(module), **scalar_args}.items()))
     print(f"{module.func.attrs['sym_name']}: ran on {target} ({device}) with {shapes}")
+    for name, source in sources.items():
+        arg = input_names(module).index(name)
+        nnz = inputs[arg].nnz
+        what = f"from {source.path}" if isinstance(source, PatternFile) else source
+        print(f"{name}: {inputs[arg].M} x {inputs[arg].N} pattern, {nnz} entr{'y' if nnz == 1 else 'ies'} ({what})")
     if not check:
         return 0
     refs = reference(module, inputs)

@@ -29,6 +29,13 @@ def _define(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"`{name}` must be an integer, got `{value}`") from None
 
 
+def _pattern(text: str) -> tuple[str, str]:
+    name, eq, source = text.partition("=")
+    if not eq or not name.strip().isidentifier() or not source:
+        raise argparse.ArgumentTypeError(f"expected NAME=SOURCE (`S=uniform`, `S=rmat` or `S=FILE.mtx`), got `{text}`")
+    return name.strip(), source
+
+
 class _ArgParser(argparse.ArgumentParser):
     """Usage errors are user errors: exit status 1 (2 is reserved for internal errors)."""
 
@@ -68,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--rtol", type=float, default=None,
                    help="max relative error for --check (default: derived from the kernel's dtypes and reduction length)")
+    r.add_argument("--pattern", dest="patterns", action="append", type=_pattern, default=[], metavar="NAME=SOURCE",
+                   help="the pattern of sparse input NAME: `uniform` (the default: NNZ random entries), `rmat` "
+                        "(power-law R-MAT entries) or the path of a Matrix Market file, whose shape and entry count "
+                        "then set the pattern's dims")
     r.add_argument("--inputs", default="normal", choices=DISTRIBUTIONS,
                    help="input distribution (default normal): negative, offset (positive, no cancellation), "
                         "wide (wide dynamic range), ints (small integers: f32 results exact)")
@@ -351,8 +362,12 @@ def cmd_run(args) -> int:
         raise error(Loc(args.file, 0, 0), "`tkc run` takes a .tk kernel; this is IR text (.tkir)",
                     "run the .tk file the IR came from; `tkc compile FILE.tkir --target ...` and `tkc opt "
                     "FILE.tkir` read IR")
+    patterns = dict(args.patterns)
+    if len(patterns) != len(args.patterns):
+        name = next(n for i, (n, _) in enumerate(args.patterns) if n in dict(args.patterns[:i]))
+        raise error(where, f"`--pattern {name}=...` is given more than once", "give each sparse input one source")
     return check.run_file(args.file, args.target, dict(args.defines), args.seed, args.check, args.rtol,
-                          _cache(args), args.inputs)
+                          _cache(args), args.inputs, patterns)
 
 
 def cmd_llama(args) -> int:

@@ -237,13 +237,15 @@ def scalar_values(module: Module, seed: int, given: dict[str, int] | None = None
     return out
 
 
-def random_inputs(module: Module, seed: int, device: str, dist: str = "normal", scalars: dict[str, int] | None = None):
+def random_inputs(module: Module, seed: int, device: str, dist: str = "normal", scalars: dict[str, int] | None = None,
+                  patterns: dict | None = None):
     """Seeded random inputs for `module`, in call order (input_names): tensors drawn from `dist`
     (one of DISTRIBUTIONS), small integers for integer tensors (index tensors: values in the
     range dsl.ops.index_bounds allows), ints for runtime scalars (scalar_values, `scalars`
     first). Float inputs are then halved (exactly) until the float64 reference stays under 1/8 of
     each output dtype's largest finite value, so no output overflows (at most 40 halvings;
-    `ints` are never scaled)."""
+    `ints` are never scaled). `patterns` maps a sparse input to "uniform" (the default), "rmat" or an
+    object with a `pattern` (tkc.check.PatternFile: a pattern read from a file)."""
     import torch
 
     from dsl.ops import index_bounds
@@ -255,12 +257,15 @@ def random_inputs(module: Module, seed: int, device: str, dist: str = "normal", 
     bounds = index_bounds(module.func, env)
     tensors = []
     mutable = module.func.attrs.get("mutable", [])
+    sources = patterns
     patterns = {f"{name}_rows": (name, fmt, m, n) for name, fmt, _, m, n in module.func.attrs.get("sparse", [])}
     for i, a in enumerate(module.func.body.args):
         if i in outs and i not in mutable:  # a `mut` output's old value is an input (input_names)
             continue
         if a.name in patterns:
-            tensors.append(random_pattern(module, *patterns[a.name], a.type.concrete_shape(env)[0], gen))
+            name = patterns[a.name][0]
+            tensors.append(random_pattern(module, *patterns[a.name], a.type.concrete_shape(env)[0], gen,
+                                          (sources or {}).get(name, "uniform")))
             continue
         if any(a.name == f"{p}_cols" for p, *_ in patterns.values()):
             continue
@@ -297,22 +302,28 @@ def random_inputs(module: Module, seed: int, device: str, dist: str = "normal", 
     return ordered([t.to(device) for t in tensors])
 
 
-def random_pattern(module: Module, name: str, fmt: str, m: str, n: str, nnz: int, gen):
-    """A uniformly random pattern of `nnz` distinct entries at the kernel's M x N (tkc/sparse.py),
-    in CSR order, or for a COO pattern in a shuffled order (the values come out in that order).
-    Raises TkError when nnz does not fit."""
+def random_pattern(module: Module, name: str, fmt: str, m: str, n: str, nnz: int, gen, source="uniform"):
+    """A pattern of `nnz` distinct entries at the kernel's M x N (tkc/sparse.py): uniformly random
+    (`source` "uniform"), R-MAT ("rmat") or `source.pattern` (read from a file, its shape checked
+    by the caller); in CSR order, or for a COO pattern in a shuffled order (the values come out in
+    that order). Raises TkError when nnz does not fit."""
     import torch
 
     from dsl import exprs
     from dsl.diagnostics import error
-    from tkc.sparse import SparseInputError, SparsePattern, uniform
+    from tkc.sparse import SparseInputError, SparsePattern, as_pattern, rmat, uniform
 
+    if not isinstance(source, str):
+        return as_pattern(source.pattern, fmt)
     rows, cols = (exprs.evaluate(exprs.parse(e), dims_env(module)) for e in (m, n))
     try:
-        p = uniform(rows, cols, nnz, seed=int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+        draw = rmat if source == "rmat" else uniform
+        p = draw(rows, cols, nnz, seed=int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
     except SparseInputError as exc:
-        raise error(module.func.loc, f"cannot draw a random pattern for `{name}`: {exc.message}",
-                    "choose dims with `-D` where the number of entries fits M x N") from None
+        kind = "an R-MAT" if source == "rmat" else "a random"
+        note = (f"draw a uniform one (`tkc run --pattern {name}=uniform`) or fewer entries" if "50%" in exc.message
+                else "choose dims with `-D` where the number of entries fits M x N")
+        raise error(module.func.loc, f"cannot draw {kind} pattern for `{name}`: {exc.message}", note) from None
     if fmt == "coo":
         perm = torch.randperm(nnz, generator=gen)
         p = SparsePattern(rows, cols, "coo", p.rows[perm], p.cols[perm])
