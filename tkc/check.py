@@ -27,10 +27,12 @@ class PatternFile:
         self.path, self.pattern = path, pattern
 
 
-def _sparse_inputs(module) -> dict[str, tuple[str, str, str, object]]:
-    """Sparse input name -> (format, M expression, N expression, NNZ shape entry) of `module`."""
+def _sparse_inputs(module) -> dict[str, tuple[str, str, str, str]]:
+    """Sparse input name -> (format, M, N, NNZ) of `module`, the dims as expression text."""
+    from dsl import exprs
+
     args = {a.name: a for a in module.func.body.args}
-    return {name: (fmt, m, n, args[f"{name}_rows"].type.shape[0])
+    return {name: (fmt, m, n, exprs.to_str(args[f"{name}_rows"].type.shape[0]))
             for name, fmt, _, m, n in module.func.attrs.get("sparse", [])}
 
 
@@ -40,7 +42,6 @@ def pattern_sources(module, patterns: dict[str, str], defines: dict[str, int]):
     they are bare dim names. TkError at the command line for an unknown input or source, at the
     file for one tkc cannot read, and where `-D` gives a dim another value than the file."""
     from dsl.diagnostics import Loc
-    from dsl.exprs import Sym
     from tkc.sparse import SparseInputError, read_mtx
 
     where = Loc("<command line>", 1, 1)
@@ -65,9 +66,8 @@ def pattern_sources(module, patterns: dict[str, str], defines: dict[str, int]):
                         *([exc.note] if exc.note else [])) from None
         sources[name] = PatternFile(source, pattern)
         _, m, n, nnz = sparse[name]
-        for expr, value, what in ((m, pattern.M, "rows"), (n, pattern.N, "columns"), (nnz, pattern.nnz, "entries")):
-            dim = expr if isinstance(expr, str) else expr.name if isinstance(expr, Sym) else None
-            if dim is None or not dim.isidentifier() or dim not in module.func.attrs["dims"]:
+        for dim, value, what in ((m, pattern.M, "rows"), (n, pattern.N, "columns"), (nnz, pattern.nnz, "entries")):
+            if dim not in module.func.attrs["dims"]:
                 continue  # a literal or an expression: checked once the dims are bound (check_pattern_dims)
             if dim in defines and defines[dim] != value:
                 raise error(where, f"`-D {dim}={defines[dim]}` disagrees with `{source}`, which has {value} {what}",
@@ -87,10 +87,9 @@ def check_pattern_dims(module, sources) -> None:
         source = sources.get(name)
         if not isinstance(source, PatternFile):
             continue
-        for expr, value, what in ((m, source.pattern.M, "rows"), (n, source.pattern.N, "columns"),
+        for text, value, what in ((m, source.pattern.M, "rows"), (n, source.pattern.N, "columns"),
                                   (nnz, source.pattern.nnz, "entries")):
-            text = expr if isinstance(expr, str) else exprs.to_str(expr)
-            want = exprs.evaluate(exprs.parse(text) if isinstance(expr, str) else expr, env)
+            want = exprs.evaluate(exprs.parse(text), env)
             if want != value:
                 raise error(Loc(source.path, 0, 0), f"`{name}` needs {want} {what} (`{text}`), and the file has {value}",
                             "choose the dims with -D so that the pattern's shape matches the file")

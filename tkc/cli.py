@@ -362,12 +362,12 @@ def cmd_run(args) -> int:
         raise error(Loc(args.file, 0, 0), "`tkc run` takes a .tk kernel; this is IR text (.tkir)",
                     "run the .tk file the IR came from; `tkc compile FILE.tkir --target ...` and `tkc opt "
                     "FILE.tkir` read IR")
-    patterns = dict(args.patterns)
-    if len(patterns) != len(args.patterns):
-        name = next(n for i, (n, _) in enumerate(args.patterns) if n in dict(args.patterns[:i]))
-        raise error(where, f"`--pattern {name}=...` is given more than once", "give each sparse input one source")
+    names = [n for n, _ in args.patterns]
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise error(where, f"`--pattern {twice}=...` is given more than once", "give each sparse input one source")
     return check.run_file(args.file, args.target, dict(args.defines), args.seed, args.check, args.rtol,
-                          _cache(args), args.inputs, patterns)
+                          _cache(args), args.inputs, dict(args.patterns))
 
 
 def cmd_llama(args) -> int:

@@ -257,17 +257,15 @@ def random_inputs(module: Module, seed: int, device: str, dist: str = "normal", 
     bounds = index_bounds(module.func, env)
     tensors = []
     mutable = module.func.attrs.get("mutable", [])
-    sources = patterns
-    patterns = {f"{name}_rows": (name, fmt, m, n) for name, fmt, _, m, n in module.func.attrs.get("sparse", [])}
+    sparse = {f"{name}_rows": (name, fmt, m, n) for name, fmt, _, m, n in module.func.attrs.get("sparse", [])}
     for i, a in enumerate(module.func.body.args):
         if i in outs and i not in mutable:  # a `mut` output's old value is an input (input_names)
             continue
-        if a.name in patterns:
-            name = patterns[a.name][0]
-            tensors.append(random_pattern(module, *patterns[a.name], a.type.concrete_shape(env)[0], gen,
-                                          (sources or {}).get(name, "uniform")))
+        if a.name in sparse:
+            source = (patterns or {}).get(sparse[a.name][0], "uniform")
+            tensors.append(random_pattern(module, *sparse[a.name], a.type.concrete_shape(env)[0], gen, source))
             continue
-        if any(a.name == f"{p}_cols" for p, *_ in patterns.values()):
+        if any(a.name == f"{p}_cols" for p, *_ in sparse.values()):
             continue
         shape = a.type.concrete_shape(env)
         dtype = getattr(torch, TORCH_DTYPES[a.type.dtype])
@@ -321,7 +319,7 @@ def random_pattern(module: Module, name: str, fmt: str, m: str, n: str, nnz: int
         p = draw(rows, cols, nnz, seed=int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
     except SparseInputError as exc:
         kind = "an R-MAT" if source == "rmat" else "a random"
-        note = (f"draw a uniform one (`tkc run --pattern {name}=uniform`) or fewer entries" if "50%" in exc.message
+        note = (f"draw a uniform one (`tkc run --pattern {name}=uniform`) or fewer entries" if exc.note
                 else "choose dims with `-D` where the number of entries fits M x N")
         raise error(module.func.loc, f"cannot draw {kind} pattern for `{name}`: {exc.message}", note) from None
     if fmt == "coo":
