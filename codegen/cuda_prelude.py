@@ -195,9 +195,6 @@ __device__ __forceinline__ void tk_cp_async(void* smem_dst, const void* gmem_src
     }
 }
 
-// A kernel's dynamic shared memory, as bytes (the launch sets its size).
-#define TK_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
-
 __device__ __forceinline__ void tk_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 // Wait until at most N of this thread's committed cp.async groups are still in flight.

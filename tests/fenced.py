@@ -71,8 +71,7 @@ def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         device = inputs[sampled[1]].device
         on_device = [t.to(device) if isinstance(t, SparsePattern) else t for t in inputs]
         plan, bt, fill = kernel._sampled_launch_data(sampled, on_device, jit)
-        pattern = on_device[sampled[0]]
-        extras = [bt, *plan.launch_tensors(kernel.target, kernel._slices(plan, (pattern.rows, pattern.cols), jit))]
+        extras = [bt, *plan.launch_tensors(kernel.target)]
     values = [t for t in inputs if isinstance(t, int)]
     inputs = [x for t in inputs if not isinstance(t, int)
               for x in ((t.rows, t.cols) if isinstance(t, SparsePattern) else (t,))]

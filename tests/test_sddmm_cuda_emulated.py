@@ -1,5 +1,5 @@
 """The CUDA backend's SDDMM kernel (codegen/cuda_sddmm.py) on the CPU emulation
-(tests/cuda_emu): its dot-product paths (rows, and slices of B in shared memory) and their launch data (tkc.sparse.DispatchPlan, B transposed,
+(tests/cuda_emu): its dot-product path and its launch data (tkc.sparse.DispatchPlan, B transposed,
 a grid sized per pattern), with f32 operands (the emulation has no f16 and no tensor cores; the
 tensor-core path runs in tests/gpu/test_gpu_sddmm.py). Against torch in float64 at the entries,
 values output (starting as NaN: an entry left unwritten fails) and dense output (zero-filled, as
@@ -7,7 +7,6 @@ the runtime does), K with and without 16-byte vectors, tiles cut by M and N, emp
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -48,8 +47,8 @@ def _kernel(tmp_path, **kw):
         source = cuda.emit(module)
         work = tmp_path / f"emu{len(_BUILT)}"
         work.mkdir()
-        pos = "u16" if rc_packed16(kw["bm"], kw["bn"]) else "i32"  # tc_pos, then tc_rbase, sl_batch, sl_block
-        dtypes = ["f32", "f32", "i32", "i32", "f32", "f32", "i32", "i32", "i32", "i32", "i32", pos, "i32", "i32", "i32"]
+        pos = "u16" if rc_packed16(kw["bm"], kw["bn"]) else "i32"  # tc_pos, then tc_rbase
+        dtypes = ["f32", "f32", "i32", "i32", "f32", "f32", "i32", "i32", "i32", "i32", "i32", pos, "i32"]
         exe = emulate.build(source, dtypes, 2, str(work))
         op = next(o for o in module.func.walk() if o.name == "tile.sampled_gemm")
         _BUILT[text] = (exe, str(work), int(op.attrs["dot_below"]), module, source)
@@ -109,83 +108,3 @@ def test_dot_path_against_torch(tmp_path, dense, K):
 def test_dot_path_property(tmp_path_factory, M, N, K, fill, seed):
     nnz = max(1, int(M * N * fill))
     _check(tmp_path_factory.mktemp("sddmm"), M, N, K, nnz, 16, 16, False, 0, seed)
-
-
-def _slices_check(tmp_path, monkeypatch, M, N, K, nnz, dense, slice_bytes, per_slice, pattern, seed):
-    """The slice kernel (`<kernel>_slices`) on the emulation: slices of `slice_bytes` of B (so
-    several slices at small N), `per_slice` blocks each of 128 threads (four warps, each a share of
-    the block's batches through its ring of slots), every entry a dot product."""
-    from codegen import cuda_sddmm
-    from passes import sparse_dispatch
-
-    monkeypatch.setattr(sparse_dispatch, "SLICE_THREADS", 128)
-    monkeypatch.setattr(cuda_sddmm, "SLICE_THREADS", 128)
-    monkeypatch.setattr(sparse_dispatch, "SLICE_BYTES", slice_bytes + sparse_dispatch.slice_ring_bytes(K, 4))
-    monkeypatch.setattr(sparse_dispatch, "SLICE_MIN_COLS", 1)
-    fmt = "coo" if dense else "csr"
-    text = KERNEL.format(bm=16, bn=16, threads=64, fmt=fmt, out="M, N" if dense else "NNZ", M=M, N=N, K=K, nnz=nnz)
-    path = tmp_path / "sddmm_slices.tk"
-    path.write_text(text)
-    module = driver.optimize(driver.frontend(str(path)), "cuda")
-    source = cuda.emit(module)
-    config = cuda.launch_config(source)
-    width = config["sddmm"]["slice_cols"]
-    assert width and width == sparse_dispatch.slice_cols(N, K, 4)
-    p = pattern
-    plan = sp.dispatch_plan(p, 16, 16, 16 * 16 + 1)
-    sl = plan.slices(p.rows, p.cols, N, width, per_slice)
-    launch = json.dumps({**config, "kernel": config["sddmm"]["slice_kernel"], "grid": [max(sl.n_blocks, 1), 1, 1],
-                         "block": [config["sddmm"]["slice_threads"], 1, 1]})
-    source = "\n".join(f"// tkc-launch: {launch}" if line.startswith("// tkc-launch:") else line
-                       for line in source.split("\n"))
-    work = tmp_path / "emu_slices"
-    work.mkdir()
-    pos = "u16" if rc_packed16(16, 16) else "i32"
-    exe = emulate.build(source, ["f32", "f32", "i32", "i32", "f32", "f32", "i32", "i32", "i32", "i32", "i32", pos, "i32",
-                                 "i32", "i32"], 2, str(work))
-    g = torch.Generator().manual_seed(seed)
-    A = torch.randn(M, K, generator=g) * torch.exp2(torch.randint(-4, 4, (M, 1), generator=g).float())
-    B = torch.randn(K, N, generator=g) * torch.exp2(torch.randint(-4, 4, (1, N), generator=g).float())
-    out = np.zeros((M, N) if dense else (nnz,), np.float32)
-    arrays = [A.numpy(), B.numpy(), p.rows.numpy(), p.cols.numpy(), out, B.t().contiguous().numpy(),
-              *[t.numpy() for t in plan.cuda_tensors(sl)]]
-    got = torch.from_numpy(_run(str(exe), str(work), arrays, [plan.n_tc, plan.n_dot], 4, dense))
-    vals = (A.double() @ B.double())[p.rows.long(), p.cols.long()]
-    ref = vals
-    if dense:
-        ref = torch.zeros(M, N, dtype=torch.float64)
-        ref[p.rows.long(), p.cols.long()] = vals
-    tol = oracle.error_budgets(module)["P"].tol("f32")
-    err = oracle.rel_error(got, ref)
-    assert err <= tol, f"relative error {err:.3e} > {tol:.3e}"
-    return sl
-
-
-@pytest.mark.parametrize("dense", [False, True])
-def test_slice_path_against_torch(tmp_path, monkeypatch, dense):
-    """Three slices of 40 columns (the last one 21), two blocks each, rows longer than a batch of
-    32 in one slice (R-MAT's first rows), empty rows; every entry checked (values output
-    starts as NaN)."""
-    M, N, K = 70, 101, 8
-    p = sp.rmat(M, N, 3000, seed=5)
-    sl = _slices_check(tmp_path, monkeypatch, M, N, K, p.nnz, dense, 40 * K * 4, 2, p, 3)
-    assert sl.n_blocks == 6 and int((sl.batch[:, 2] == 32).sum()) > 0
-
-
-def test_slice_path_many_batches_per_warp(tmp_path, monkeypatch):
-    """One slice, one block: 4 warps of about 150 one-row batches each, so each warp's descriptors move
-    on by 32 four times and its ring of slots turns over 37 times."""
-    M, N, K = 600, 20, 8
-    p = sp.uniform(M, N, 3000, seed=2)
-    sl = _slices_check(tmp_path, monkeypatch, M, N, K, p.nnz, False, N * K * 4, 1, p, 4)
-    assert sl.n_blocks == 1 and sl.batch.shape[0] >= 550  # (a row or two may be empty)
-
-
-@settings(max_examples=4, deadline=None)
-@given(M=st.integers(1, 40), N=st.integers(1, 60), K=st.sampled_from([4, 8, 12]), fill=st.floats(0.05, 1.0),
-       cols=st.integers(1, 20), per_slice=st.integers(1, 3), seed=st.integers(0, 2**16))
-def test_slice_path_property(tmp_path_factory, M, N, K, fill, cols, per_slice, seed):
-    nnz = max(1, int(M * N * fill))
-    with pytest.MonkeyPatch.context() as mp:
-        _slices_check(tmp_path_factory.mktemp("slices"), mp, M, N, K, nnz, False, cols * K * 4, per_slice,
-                      sp.uniform(M, N, nnz, seed=seed), seed)

@@ -467,8 +467,7 @@ def _check_cuda_launch_data(plan, r, c, BM, BN):
     bits, zero-padded to 16 bytes; tc_rbase, where given, gives every tile entry's index from its
     slot and its row."""
     order, n = plan.tc_order.tolist(), plan.tc_order.numel()
-    assert plan.cuda_tensors()[:5] == plan.tensors()[:5] and len(plan.cuda_tensors()) == 9
-    assert plan.cuda_tensors()[7].numel() == plan.cuda_tensors()[8].numel() == 0  # no slice lists asked for
+    assert plan.cuda_tensors()[:5] == plan.tensors()[:5] and len(plan.cuda_tensors()) == 7
     assert plan.tc_pos.dtype == torch.int16 and plan.tc_pos.numel() % 8 == 0 and n <= plan.tc_pos.numel() < n + 8
     assert (plan.tc_pos[:n].int() & 0xffff).tolist() == [((r[e] % BM) << 8) | (c[e] % BN) for e in order]
     assert not plan.tc_pos[n:].any()
@@ -477,52 +476,6 @@ def _check_cuda_launch_data(plan, r, c, BM, BN):
         ptr, base = plan.tc_ptr.tolist(), plan.tc_rbase.tolist()
         assert all(order[s] == base[t * BM + r[order[s]] % BM] + s
                    for t in range(plan.n_tc) for s in range(ptr[t], ptr[t + 1]))
-
-
-@settings(max_examples=examples(10, 25), deadline=None)
-@given(_patterns(), st.integers(1, 9), st.integers(0, 12), st.integers(1, 7), st.integers(1, 4),
-       st.sampled_from(["csr", "coo"]))
-def test_slice_lists_match_brute_force(pattern, BM, dot_below, width, per_slice, fmt):
-    """DispatchPlan.slices against brute force: every dot entry in exactly one batch; a batch is up
-    to 32 consecutive entry indices of one row in one slice, the batches of a run of consecutive
-    indices cut every 32 and nowhere else, ordered by (slice, row, column); each block's batches
-    lie in one slice, per_slice blocks per slice, shares within 32 + the batch weight of equal."""
-    from tkc.sparse import SLICE_BATCH, SLICE_BATCH_WEIGHT, dispatch_plan
-
-    M, N, rows, cols = pattern
-    p = as_pattern(_torch_coo(rows, cols, (M, N)), "coo")
-    if fmt == "csr":
-        p = as_pattern(sp.coo_array((np.ones(len(rows)), (rows, cols)), shape=(M, N)).tocsr(), "csr")
-    plan = dispatch_plan(p, BM, BM, dot_below)
-    sl = plan.slices(p.rows, p.cols, N, width, per_slice)
-    assert plan.slices(p.rows, p.cols, N, width, per_slice) is sl  # memoized
-    r, c = p.rows.tolist(), p.cols.tolist()
-    batches = sl.batch.tolist()
-    assert sl.batch.dtype == sl.block.dtype == torch.int32 and sl.batch.shape == (len(batches), 4)
-    got = [e for _, e0, n, _ in batches for e in range(e0, e0 + n)]
-    assert sorted(got) == sorted(plan.dot_order.tolist())
-    want = sorted(plan.dot_order.tolist(), key=lambda e: (c[e] // width, r[e], c[e]))
-    assert got == want  # (slice, row, column) order
-    for row, e0, n, q in batches:
-        assert 1 <= n <= SLICE_BATCH and all(r[e] == row and c[e] // width == q for e in range(e0, e0 + n))
-    # cut exactly where the run of (slice, row, consecutive index) breaks, or after 32
-    starts, k = set(), 0
-    for i, e in enumerate(want):
-        brk = i == 0 or not (r[e] == r[want[i - 1]] and c[e] // width == c[want[i - 1]] // width and e == want[i - 1] + 1)
-        k = 0 if brk else k + 1
-        if k % SLICE_BATCH == 0:
-            starts.add(i)
-    assert [sum(n for _, _, n, _ in batches[:b]) for b in range(len(batches))] == sorted(starts)
-    nq = -(-N // width)
-    block = sl.block.tolist()
-    assert sl.n_blocks == (nq * per_slice if batches else 0) and block[0] == 0 and block[-1] == len(batches)
-    assert all(a <= b for a, b in zip(block, block[1:]))
-    for k in range(sl.n_blocks):
-        assert all(batches[b][3] == k // per_slice for b in range(block[k], block[k + 1]))
-        if per_slice > 1 and block[k] < block[k + 1]:
-            share = [sum(batches[b][2] + SLICE_BATCH_WEIGHT for b in range(block[j], block[j + 1]))
-                     for j in range(k - k % per_slice, k - k % per_slice + per_slice)]
-            assert max(share) - min(share) <= 2 * (SLICE_BATCH + SLICE_BATCH_WEIGHT), share
 
 
 def test_dispatch_plan_row_bases_only_for_rows_in_order():

@@ -118,19 +118,13 @@ class CudaLaunch:
         self.smem = int(config["smem_bytes"])
         # a sampled gemm (codegen/cuda_sddmm.py): two kernels, tensor-core tiles (this launch's
         # kernel, when the operands have that path) and dot products, with grids from the pattern's
-        # DispatchPlan (the last nine tensors, `cuda_tensors`: tc_ptr, tc_m, tc_n, tc_order, dot_order,
-        # tc_pos, tc_rbase, sl_batch, sl_block); both take n_tc and n_dot after the tensors. `tc_reads_bt`: the tile kernel
-        # reads B transposed (wgmma tiles), so the runtime provides Bt when there are tiles too. With a slice kernel
-        # (`dot_path` slices) the dot entries run there, one block per entry of sl_block but the last
+        # DispatchPlan (the last seven tensors, `cuda_tensors`: tc_ptr, tc_m, tc_n, tc_order, dot_order,
+        # tc_pos, tc_rbase); both take n_tc and n_dot after the tensors. `tc_reads_bt`: the tile kernel reads B transposed
+        # (wgmma tiles), so the runtime provides Bt when there are tiles too
         sddmm = config.get("sddmm", {})
         self.tc_reads_bt = bool(sddmm.get("tc_reads_bt"))
         self.dot_per_block, self.dot_kernel = sddmm.get("dot_per_block"), sddmm.get("dot_kernel")
         self.tc_kernel = sddmm.get("tc_kernel")
-        self.slice_kernel = sddmm.get("slice_kernel")
-        self.dot_path = sddmm.get("dot_path", "rows")
-        self.slice_cols, self.slice_smem = sddmm.get("slice_cols", 0), sddmm.get("slice_smem", 0)
-        self.slice_block = (sddmm.get("slice_threads", 0), 1, 1)
-        self.slice_blocks_per_sm, self.n_cols = sddmm.get("slice_blocks_per_sm", 1), sddmm.get("n", 0)
         self.transpose = (sddmm["transpose_kernel"], sddmm["transpose_tile"], sddmm["transpose_threads"]) if sddmm else None
         self._functions: dict[tuple, object] = {}  # (device index, kernel name) -> cupy RawKernel
         self._modules: dict[int, object] = {}  # device index -> cupy RawModule
@@ -157,9 +151,8 @@ class CudaLaunch:
                         self._modules[index] = cupy.RawModule(code=self.source, backend="nvrtc",
                                                               options=(f"--gpu-architecture={arch}", "--std=c++17"))
                 fn = self._modules[index].get_function(name)
-                smem = self.slice_smem if name == self.slice_kernel else self.smem if name == self.name else 0
-                if smem > DEFAULT_SMEM:
-                    fn.max_dynamic_shared_size_bytes = smem
+                if name == self.name and self.smem > DEFAULT_SMEM:
+                    fn.max_dynamic_shared_size_bytes = self.smem
                 if name == self.name and math.prod(self.cluster) > PORTABLE_CLUSTER:
                     _allow_nonportable_cluster(fn.kernel.ptr)
             self._functions[(index, name)] = fn
@@ -221,7 +214,7 @@ class CudaLaunch:
             if 0 in grid:  # an empty dynamic extent: nothing to compute
                 return
         if self.dot_kernel is not None:
-            n_tc, n_dot = tensors[-8].numel(), tensors[-5].numel()  # tc_m, dot_order
+            n_tc, n_dot = tensors[-6].numel(), tensors[-3].numel()  # tc_m, dot_order
             args += [numpy.int32(n_tc), numpy.int32(n_dot)]
             launches = []
             if fill_bt:  # B [K, N] -> Bt [N, K], before the kernels that read it
@@ -229,10 +222,7 @@ class CudaLaunch:
                 launches.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), (args[1], args[5]), 0))
             if self.tc_kernel and n_tc:
                 launches.append((self.tc_kernel, (n_tc, 1, 1), self.block, args, self.smem))
-            if n_dot and self.slice_kernel and tensors[-1].numel() >= 2:  # slice lists given: the slice kernel
-                launches.append((self.slice_kernel, (tensors[-1].numel() - 1, 1, 1), self.slice_block, args,
-                                 self.slice_smem))
-            elif n_dot:
+            if n_dot:
                 launches.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, args, 0))
         else:
             launches = [(self.name, grid, self.block, args, self.smem)]
@@ -251,19 +241,6 @@ class CudaLaunch:
             for name, grid, block, fn_args, smem in launches:
                 self.function(index, name).kernel(grid, block, tuple(fn_args), smem, stream)
 
-
-    def slice_shape(self, index: int) -> tuple[int, int] | None:
-        """(columns per slice, blocks per slice) of the slice kernel on device `index` (None
-        without one): as many blocks per slice as fill the GPU's SMs once (slice_blocks_per_sm
-        each), at least one. The runtime builds the plan's SliceLists with it when the dot path
-        is slices; given them, a call runs the slice kernel instead of the rows one."""
-        if not self.slice_kernel:
-            return None
-        import torch
-
-        sms = torch.cuda.get_device_properties(index).multi_processor_count
-        slices = -(-self.n_cols // self.slice_cols)
-        return self.slice_cols, max(1, round(sms * self.slice_blocks_per_sm / slices))
 
     def check_resident(self, index: int, function: int, grid) -> None:
         """A cooperative launch (`sync grid`) needs every block of the grid resident at once:

@@ -194,7 +194,6 @@ class Kernel:
         self._token = object()
         self._inputs = self.ast.inputs + [p for p in self.ast.outputs if p.mutable]
         self._dot_below: int | None = None  # the `dot_below` property
-        self._dot_path: str | None = None  # the `dot_path` property
         dims = {d for p in self.ast.inputs + self.ast.outputs for d, _ in p.dims or [] if isinstance(d, str)}
         for name in self.extra_dynamic:
             if name not in dims:
@@ -521,7 +520,7 @@ class Kernel:
                         plan, sampled[1])
             if plan.n_tc + plan.n_dot == 0:  # no entries: nothing to launch (P is empty or zeros)
                 return outputs[0] if len(outputs) == 1 else tuple(outputs)
-            extras = [bt, *plan.launch_tensors(self.target, self._slices(plan, (tensors[self._sampled_at].rows, tensors[self._sampled_at].cols), jit))]
+            extras = [bt, *plan.launch_tensors(self.target)]
         jit(*[t if t.is_contiguous() else t.contiguous() for t in arrays], *outputs, *values, *extras, **fill)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
@@ -542,17 +541,8 @@ class Kernel:
             else:
                 arrays.append(t if t.is_contiguous() else t.contiguous())
         bt, fill = self._b_transposed(plan, tensors[b_at], jit)
-        jit(*arrays, *outputs, bt, *plan.launch_tensors(self.target, self._slices(plan, pattern_tensors, jit)), **fill)
+        jit(*arrays, *outputs, bt, *plan.launch_tensors(self.target), **fill)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
-
-    def _slices(self, plan, pattern, jit):
-        """The plan's SliceLists for a `cuda` kernel whose dot products run in shared-memory
-        slices (`jit.slice_shape`), else None. `pattern`: the pattern's (rows, cols) on the
-        kernel's device."""
-        if not plan.n_dot or not getattr(jit, "slice_kernel", None) or (self._dot_path or jit.dot_path) != "slices":
-            return None
-        shape = jit.slice_shape(plan.dot_order.get_device())
-        return plan.slices(*pattern, jit.n_cols, *shape)
 
     def _b_transposed(self, plan, b, jit):
         """(Bt, launch keywords) for the dot products of `plan` (and the tensor-core tiles of a
@@ -612,22 +602,6 @@ class Kernel:
         if value is not None and value < 0:
             raise ValueError(f"`dot_below` is {value}; expected None or an int >= 0 (0: every tile on tensor cores)")
         self._dot_below = None if value is None else int(value)
-
-    @property
-    def dot_path(self) -> str | None:
-        """A sampled gemm's dot products on target `cuda` (SDDMM): "rows" (each entry reads its
-        row of B transposed from L2) or "slices" (B's columns in shared-memory slices, where the
-        kernel has that form: K in whole 16-byte vectors). None (the default) is the
-        `sparse-dispatch` pass's choice (`tkc compile --explain`). Other targets ignore it.
-        Setting anything else raises ValueError."""
-        return self._dot_path
-
-    @dot_path.setter
-    def dot_path(self, value) -> None:
-        if value not in (None, "rows", "slices"):
-            raise ValueError(f"`dot_path` is {value!r}; expected None (the sparse-dispatch pass's choice), \"rows\" "
-                             "or \"slices\"")
-        self._dot_path = value
 
     @property
     def specializations(self) -> int:

@@ -292,10 +292,7 @@ class DispatchPlan:
       slot s of tile t, so the kernel reads no tc_order; empty otherwise (an unsorted coo pattern,
       or more tile rows than 4 x the entries: the kernel reads tc_order).
 
-    Every entry is in exactly one of tc_order and dot_order.
-
-    The `cuda` dot products in shared-memory slices of B (passes/sparse_dispatch.py, `dot_path`
-    slices) read the dot entries grouped per slice instead (`slices`, SliceLists)."""
+    Every entry is in exactly one of tc_order and dot_order."""
 
     tc_ptr: torch.Tensor
     tc_m: torch.Tensor
@@ -305,7 +302,6 @@ class DispatchPlan:
     tc_rc: torch.Tensor
     tc_pos: torch.Tensor
     tc_rbase: torch.Tensor
-    _slices: dict = field(default_factory=dict, repr=False)  # (columns, blocks per slice) -> SliceLists
 
     @property
     def n_tc(self) -> int:
@@ -319,98 +315,14 @@ class DispatchPlan:
         """The launch data in the kernels' argument order (after B transposed)."""
         return (self.tc_ptr, self.tc_m, self.tc_n, self.tc_order, self.dot_order, self.tc_rc)
 
-    def cuda_tensors(self, slices: SliceLists | None = None) -> tuple[torch.Tensor, ...]:
+    def cuda_tensors(self) -> tuple[torch.Tensor, ...]:
         """The `cuda` kernels' launch data (codegen/cuda_sddmm.py), after B transposed: tc_ptr,
-        tc_m, tc_n, tc_order, dot_order, tc_pos, tc_rbase, then `slices`' sl_batch and sl_block
-        (empty without slices)."""
-        if slices is None:
-            none = self.tc_ptr.new_zeros(0)
-            slices = SliceLists(none, none, 0)
-        return (self.tc_ptr, self.tc_m, self.tc_n, self.tc_order, self.dot_order, self.tc_pos, self.tc_rbase,
-                slices.batch, slices.block)
+        tc_m, tc_n, tc_order, dot_order, tc_pos, tc_rbase."""
+        return (self.tc_ptr, self.tc_m, self.tc_n, self.tc_order, self.dot_order, self.tc_pos, self.tc_rbase)
 
-    def launch_tensors(self, target: str, slices: SliceLists | None = None) -> tuple[torch.Tensor, ...]:
+    def launch_tensors(self, target: str) -> tuple[torch.Tensor, ...]:
         """The launch data a `target`'s sampled-gemm kernels take after B transposed."""
-        return self.cuda_tensors(slices) if target == "cuda" else self.tensors()
-
-    def slices(self, rows: torch.Tensor, cols: torch.Tensor, N: int, width: int, per_slice: int) -> SliceLists:
-        """The dot entries of this plan (of the pattern with entries `rows`, `cols` and N
-        columns) grouped for the `cuda` slice kernel: SliceLists over slices of `width` columns
-        with `per_slice` blocks each. Memoized per (width, per_slice) on the plan."""
-        key = (int(width), int(per_slice))
-        if key not in self._slices:
-            self._slices[key] = slice_lists(rows, cols, N, self.dot_order, *key)
-        return self._slices[key]
-
-
-SLICE_BATCH = 32  # entries of a batch at most (one per lane of a warp)
-SLICE_BATCH_WEIGHT = 8  # a batch's fixed cost in entries, when blocks share a slice's batches
-
-
-@dataclass(frozen=True)
-class SliceLists:
-    """The dot-product entries of a DispatchPlan grouped for the `cuda` slice kernel
-    (codegen/cuda_sddmm.py `_slice_dots`), int32 tensors on the pattern's device:
-
-    - batch [n_batches, 4]: (row, e0, count, q): entries e0 .. e0 + count - 1 (count <= 32, each
-      index one more than the last) all in row `row` of S and in slice q (columns q * width ..
-      q * width + width - 1); batches ordered by slice, then row, then column;
-    - block [n_blocks + 1]: block b computes batches block[b] .. block[b + 1] - 1, all of one
-      slice; each slice's batches are split into `per_slice` consecutive shares of about equal
-      weight (entries plus SLICE_BATCH_WEIGHT per batch), so n_blocks = slices * per_slice (empty
-      shares included).
-
-    Entries of a row whose indices are not consecutive (a coo pattern out of order, or a row's
-    entries split between tiles and dot products) start new batches."""
-
-    batch: torch.Tensor
-    block: torch.Tensor
-    per_slice: int
-
-    @property
-    def n_blocks(self) -> int:
-        return max(self.block.numel() - 1, 0)
-
-
-def slice_lists(rows: torch.Tensor, cols: torch.Tensor, N: int, dot: torch.Tensor, width: int,
-                per_slice: int) -> SliceLists:
-    """SliceLists of the entries `dot` (indices into the entries `rows`, `cols` of a pattern of N
-    columns, in (row, column) order) over slices of `width` columns, `per_slice` blocks per slice
-    (see SliceLists)."""
-    if not (isinstance(width, int) and isinstance(per_slice, int) and width > 0 and per_slice > 0):
-        raise SparseInputError(f"slices of {width} columns, {per_slice} blocks each; expected positive integers")
-    dev = dot.device
-    n = dot.numel()
-    if n == 0:
-        return SliceLists(torch.zeros((0, 4), dtype=torch.int32, device=dev),
-                          torch.zeros(1, dtype=torch.int32, device=dev), per_slice)
-    d = dot.long()
-    r, q = rows[d].long(), cols[d].long() // width
-    order = torch.sort(q, stable=True).indices  # stable: (row, column) order within each slice
-    d, r, q = d[order], r[order], q[order]
-    i = torch.arange(n, device=dev)
-    run = torch.ones(n, dtype=torch.bool, device=dev)
-    run[1:] = (q[1:] != q[:-1]) | (r[1:] != r[:-1]) | (d[1:] != d[:-1] + 1)
-    run_start = torch.cummax(torch.where(run, i, torch.zeros_like(i)), 0).values
-    starts = torch.nonzero(run | ((i - run_start) % SLICE_BATCH == 0)).flatten()
-    counts = torch.diff(starts, append=starts.new_tensor([n]))
-    bq = q[starts]
-    batch = torch.stack([r[starts], d[starts], counts, bq], 1).int().contiguous()
-    nq = max(-(-N // width), 1)
-    cum = torch.cumsum(counts + SLICE_BATCH_WEIGHT, 0)
-    slice_ids = torch.arange(nq, device=dev)
-    first = torch.searchsorted(bq, slice_ids)
-    end = torch.searchsorted(bq, slice_ids, right=True)
-    zero = cum.new_zeros(1)
-    padded = torch.cat([zero, cum])  # padded[k]: the weight of the first k batches
-    base, total = padded[first], padded[end] - padded[first]
-    shares = torch.arange(per_slice + 1, device=dev)
-    targets = base[:, None] + (total[:, None] * shares[None, :]) // per_slice
-    bounds = torch.searchsorted(cum, targets, right=True)
-    bounds = torch.minimum(torch.maximum(bounds, first[:, None]), end[:, None])
-    bounds[:, 0], bounds[:, -1] = first, end
-    block = torch.cat([bounds[:, :-1].flatten(), end[-1:]]).int().contiguous()
-    return SliceLists(batch, block, per_slice)
+        return self.cuda_tensors() if target == "cuda" else self.tensors()
 
 
 def dispatch_plan(p: SparsePattern, BM: int, BN: int, dot_below: int) -> DispatchPlan:

@@ -27,7 +27,7 @@ alignas(128) unsigned char smem[232448];
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(...)
+#define __launch_bounds__(x)
 #define __align__(n)
 #define __shared__
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
@@ -45,20 +45,6 @@ inline T __shfl_xor_sync(unsigned, T v, int mask) {
     w.bar.arrive_and_wait();
     return r;
 }
-template <typename T>
-inline T __shfl_sync(unsigned, T v, int src) {
-    static_assert(sizeof(T) <= 8, "one word per lane");
-    tk_warp& w = *g_warps[threadIdx.x / 32];
-    const int lane = threadIdx.x % 32;
-    std::memcpy(&w.slot[lane], &v, sizeof(T));
-    w.bar.arrive_and_wait();
-    T r;
-    std::memcpy(&r, &w.slot[src % 32], sizeof(T));
-    w.bar.arrive_and_wait();
-    return r;
-}
-#define TK_DYNAMIC_SMEM(name) unsigned char* const name = smem
-inline void __syncwarp(unsigned = 0xffffffffu) { g_warps[threadIdx.x / 32]->bar.arrive_and_wait(); }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline int tk_pack_i8x4(int8_t a, int8_t b, int8_t c, int8_t d) {
     return static_cast<int>(static_cast<uint32_t>(static_cast<uint8_t>(a)) | (static_cast<uint32_t>(static_cast<uint8_t>(b)) << 8) |

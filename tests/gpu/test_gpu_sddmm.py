@@ -31,7 +31,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EXAMPLES = ["sddmm", "sddmm_wmma_16x16x16", "sddmm_wmma_32x8x16", "sddmm_wmma_8x32x16"]
 TARGETS = ("cuda", "tilelang")
 SPLITS = {"model": None, "tensor-cores": 0, "dots": 10**9}
-DOT_PATHS = (None, "rows", "slices")  # `cuda`'s dot products: the pass's choice, by rows, in slices of B
 
 
 @pytest.fixture(scope="module")
@@ -89,17 +88,15 @@ SHAPES = [(157, 203, 40, 3000, "uniform"),  # partial tiles, K % 16 != 0
                                                     for i in range(len(SHAPES))])
 def test_examples_on_both_paths(target, example, shape, cache_dir):
     """Each case builds one kernel (one shape; TileLang builds take 10-40 s) and runs it on the
-    three splits (on `cuda` each with both dot paths), so the cases spread over the workers one
-    build each."""
+    three splits, so the cases spread over the workers one build each."""
     kernel = tkc.compile(os.path.join(ROOT, "examples", f"{example}.tk"), target=target, cache_dir=cache_dir)
     fmt = kernel.inputs[2].dtype
     M, N, K, nnz, kind = SHAPES[shape]
     A, B = _operands(M, N, K, torch.float16, shape)
     p = _pattern(kind, M, N, nnz, shape, fmt)
     for split in SPLITS.values():
-        for path in DOT_PATHS if target == "cuda" and split != 0 else (None,):
-            kernel.dot_below, kernel.dot_path = split, path
-            _check(kernel, A, B, p)
+        kernel.dot_below = split
+        _check(kernel, A, B, p)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -129,42 +126,9 @@ def test_other_operand_dtypes(target, dtype, tmp_path, cache_dir):
     kernel = tkc.compile(str(path), target=target, cache_dir=cache_dir)
     tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dtype]
     for split in SPLITS.values():
-        for path in DOT_PATHS if target == "cuda" and split != 0 else (None,):
-            kernel.dot_below, kernel.dot_path = split, path
-            A, B = _operands(130, 100, 72, tdt, 11)
-            _check(kernel, A, B, sp.rmat(130, 100, 2500, seed=5))
-
-
-@pytest.mark.parametrize("fmt", ["csr", "coo"])
-def test_slices_of_b(fmt, tmp_path, cache_dir):
-    """`cuda`'s dot products in shared-memory slices of B (`<kernel>_slices`): K = 256 f16 holds
-    200 columns per slice, so N = 530 makes three slices (177, 177, 176 columns); R-MAT rows of
-    more than 32 entries in a slice (several batches), empty rows, the model's mix of tiles (a
-    row's entries split between tiles and dot products: batches cut where indices skip); csr
-    values, and a shuffled coo pattern (batches of one entry) into a dense P."""
-    from passes.sparse_dispatch import slice_cols
-
-    assert slice_cols(530, 256, 2) == 177
-    src = open(os.path.join(ROOT, "examples", "sddmm.tk")).read()
-    if fmt == "coo":
-        src = src.replace("S: csr[M, N, NNZ]) -> (P: f32[NNZ])", "S: coo[M, N, NNZ]) -> (P: f32[M, N])").replace(
-            ".values()", ".to_dense()")
-        assert "P: f32[M, N]" in src
-    path = tmp_path / f"sddmm_{fmt}.tk"
-    path.write_text(src)
-    kernel = tkc.compile(str(path), target="cuda", cache_dir=cache_dir)
-    A, B = _operands(300, 530, 256, torch.float16, 4)
-    p = _pattern("rmat", 300, 530, 40000, 4, fmt)
-    keep = p.rows % 7 != 3  # empty rows
-    p = sp.SparsePattern(300, 530, fmt, p.rows[keep].contiguous(), p.cols[keep].contiguous())
-    for split in (None, 10**9):
-        kernel.dot_below, kernel.dot_path = split, "slices"
-        _check(kernel, A, B, p)
-        P = kernel(A, B, p)  # the public call: the runtime's slice lists
-        full = A.double() @ B.double()
-        rows, cols = p.rows.long().cuda(), p.cols.long().cuda()
-        got = P[rows, cols] if P.dim() == 2 else P
-        assert oracle.rel_error(got, full[rows, cols]) < 1e-5
+        kernel.dot_below = split
+        A, B = _operands(130, 100, 72, tdt, 11)
+        _check(kernel, A, B, sp.rmat(130, 100, 2500, seed=5))
 
 
 def test_api_with_torch_sparse_and_transposed_b(cache_dir):
