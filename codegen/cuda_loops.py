@@ -42,7 +42,10 @@ class LoopMixin:
         v, lo_c, hi_c = self.cname(var), self.cexpr(op.attrs["lo"]), self.cexpr(op.attrs["hi"])
         self.line(d, f"// for {var} in [{op.attrs['lo']}, {op.attrs['hi']}), {kind} ({_loc(op)})")
         saved, self.lines = self.lines, []
-        self.loop_body(op.body.ops, d + 1, st)
+        if self.one_trip(op):  # no previous trip: the body starts from the state before the loop
+            st.merge(self.region(op.body.ops, d + 1, st.copy()))
+        else:
+            self.loop_body(op.body.ops, d + 1, st)
         body, self.lines = self.lines, saved
         if kind == "unroll":
             self.line(d, "#pragma unroll")
@@ -54,6 +57,17 @@ class LoopMixin:
         self.lines.extend(body)
         self.line(d, "}")
         return st
+
+    def one_trip(self, op: Op) -> bool:
+        """Whether loop `op` runs exactly once whatever the grid and enclosing indices: its bounds
+        are exact constants one apart (`range(cdiv(G, NG))` with NG >= G). Its body then has no
+        previous trip, so it needs no barrier against one (a GEMV's one-trip loop over K)."""
+        try:
+            lo = exprs.bounds(exprs.parse(op.attrs["lo"]), self.ranges)
+            hi = exprs.bounds(exprs.parse(op.attrs["hi"]), self.ranges)
+        except exprs.ExprError:
+            return False
+        return lo[0] == lo[1] and hi[0] == hi[1] and hi[0] - lo[0] == 1
 
     def loop_body(self, ops: list[Op], d: int, st: SyncState, top=None, bottom=None, split: int | None = None) -> None:
         """Emit a loop body whose entry state is `st` joined with its own exit state (the previous

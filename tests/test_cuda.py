@@ -280,6 +280,23 @@ def test_barrier_between_cross_thread_ops(generated):
     assert after.rstrip().endswith("__syncthreads();")
 
 
+def test_one_trip_loop_has_no_barrier_against_a_previous_trip():
+    """matmul_w8a8's loop over groups: at G = NG it runs once, and its body's writes of the group
+    sums q need no barrier against a previous trip's reads of q (codegen/cuda_loops.py
+    `one_trip`); at G = 2 NG (two trips) the barrier stays, and so does the one after the sums."""
+    path = os.path.join(ROOT, "examples", "matmul_w8a8.tk")
+
+    def loop_barriers(source: str) -> tuple[int, int]:
+        body = source.split("// for g in", 1)[1].split("    __syncthreads();\n    // tile.reduce", 1)[0]
+        before, after = body.split("// tile.dot_reduce", 1)
+        return before.count("__syncthreads();"), after.count("__syncthreads();")
+
+    one, two = (cuda.emit(driver.optimize(driver.frontend(path, {"D": 64, "G": g, "NG": 64}), "cuda")) for g in (64, 128))
+    assert "for (int g = 0; g < 1; ++g)" in one and "for (int g = 0; g < 2; ++g)" in two
+    assert loop_barriers(one) == (0, 1)
+    assert loop_barriers(two) == (1, 1)
+
+
 def test_cluster_examples_use_cluster_barriers_and_dsmem(generated):
     _, pull = generated[_path("cluster_reduce_dsmem_pull")]
     _, dsmem = generated[_path("cluster_reduce_dsmem")]

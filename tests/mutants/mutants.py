@@ -709,6 +709,10 @@ MUTANTS: list[Mutant] = [
       "return op in users",
       "defer-reduce moves a sum out of a loop that reads the accumulator every trip", "cpu",
       tests=("tests/test_golden.py",)),
+    M("cuda-loop-two-trips-as-one", "codegen/cuda_loops.py",
+      "hi[0] - lo[0] == 1", "hi[0] - lo[0] <= 2",
+      "CUDA: a two-trip loop is emitted as one trip, without its barrier against the previous trip", "cpu",
+      tests=("tests/test_cuda.py",)),
     # ---- SDDMM: the dispatch split, the CUDA kernels (issue 12) -----------------------------------
     M("sparse-plan-slots-misassigned", "tkc/sparse.py",
       "slot_tc = torch.repeat_interleave(tc, counts.long())",
