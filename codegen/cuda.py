@@ -512,8 +512,15 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
                 out.append(Access(SCRATCH, True, OTHER, self.plan.scratch_offset, self.plan.total_smem))
                 out.append(Access(SCRATCH, False, OTHER, self.plan.scratch_offset, self.plan.total_smem))
         elif op.name == "tile.reshape":
-            add(op.operands[0], False, OTHER)
-            add(op.operands[1], True, chunk_map(shape_of(op.operands[1])))
+            # read in the destination's chunk loop: where the two shapes differ only by unit dims
+            # and have one chunk width, a thread reads the very elements the source's own chunk
+            # map gives it (the same flat order in the same chunks), else any element
+            src, dst = op.operands
+            ss, ds = shape_of(src), shape_of(dst)
+            same = ([x for x in ss if x != 1] == [x for x in ds if x != 1]
+                    and self.plan.width(ss) == self.plan.width(ds))
+            add(src, False, chunk_map(ss) if same else OTHER)
+            add(dst, True, chunk_map(ds))
         elif op.name == "tile.gemm":
             a, b, acc = op.operands
             add(a, False, OTHER)

@@ -297,6 +297,21 @@ def test_one_trip_loop_has_no_barrier_against_a_previous_trip():
     assert loop_barriers(two) == (1, 1)
 
 
+def test_reshape_reads_without_a_barrier_only_where_each_thread_reads_its_own_elements():
+    """A reshape that only drops or adds unit dims, at one chunk width, reads in each thread the
+    elements the source's own chunk map gave that thread (matmul_w8a8's [BD, 1, 1] -> [BD, 1] after
+    a copy by the same threads: no barrier between them). One that changes the chunk width
+    (qkv_rope's [2, 1] -> [1, 2]: one thread reads what two wrote) keeps its barrier."""
+    def emit(name: str) -> str:
+        return cuda.emit(driver.optimize(driver.frontend(os.path.join(ROOT, "examples", f"{name}.tk")), "cuda"))
+
+    w8 = emit("matmul_w8a8")
+    last_copy = w8.rsplit("// tile.reshape(", 1)[0].rsplit("// tile.copy(", 1)[1]
+    assert "__syncthreads" not in last_copy
+    qk = emit("qkv_rope")
+    assert re.search(r"__syncthreads\(\);\s*// tile\.reshape\(", qk)
+
+
 def test_cluster_examples_use_cluster_barriers_and_dsmem(generated):
     _, pull = generated[_path("cluster_reduce_dsmem_pull")]
     _, dsmem = generated[_path("cluster_reduce_dsmem")]
