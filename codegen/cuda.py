@@ -31,6 +31,7 @@ from dsl.ir import Module, Op, Value, format_attr_dict
 from dsl.ops import (COMPARE, compare_dtype, device_checks, dynamic_dims, has_grid_barrier, index_bound_exprs, peer_tiles,
                      scalar_ranges, scalar_refs, scalars)
 from passes.cuda_placement import merge_lanes, shuffle_width, smem_diagnostic
+from passes.fold_copies import squeezed
 from passes.targets import SMEM_LIMITS
 from codegen.cuda_access import AccessMixin, Chunk
 from codegen.cuda_gemm import GemmMixin
@@ -517,8 +518,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
             # map gives it (the same flat order in the same chunks), else any element
             src, dst = op.operands
             ss, ds = shape_of(src), shape_of(dst)
-            same = ([x for x in ss if x != 1] == [x for x in ds if x != 1]
-                    and self.plan.width(ss) == self.plan.width(ds))
+            same = squeezed(ss) == squeezed(ds) and self.plan.width(ss) == self.plan.width(ds)
             add(src, False, chunk_map(ss) if same else OTHER)
             add(dst, True, chunk_map(ds))
         elif op.name == "tile.gemm":

@@ -28,11 +28,15 @@ class LoopMixin:
     def op_for(self, op: Op, d: int, st: SyncState) -> SyncState:
         var = op.attrs["var"]
         try:
-            lo = exprs.bounds(exprs.parse(op.attrs["lo"]), self.ranges)[0]
-            hi = exprs.bounds(exprs.parse(op.attrs["hi"]), self.ranges)[1]
+            lo_b = exprs.bounds(exprs.parse(op.attrs["lo"]), self.ranges)
+            hi_b = exprs.bounds(exprs.parse(op.attrs["hi"]), self.ranges)
         except exprs.ExprError:
             raise error(op.loc, "the CUDA backend cannot bound this loop's index",
                         "loop bounds may use dims, constants, grid indices and enclosing loop indices") from None
+        lo, hi = lo_b[0], hi_b[1]
+        # one trip whatever the grid and enclosing indices (bounds exact constants one apart, as a
+        # GEMV's `range(cdiv(G, NG))` with NG >= G): the body has no previous trip to guard against
+        one_trip = lo_b[0] == lo_b[1] and hi_b[0] == hi_b[1] and hi - lo == 1
         self.ranges[var] = (lo, max(lo, hi - 1))
         kind = op.attrs["kind"]
         self.hoist_a_fragments(op, d, st)
@@ -42,7 +46,7 @@ class LoopMixin:
         v, lo_c, hi_c = self.cname(var), self.cexpr(op.attrs["lo"]), self.cexpr(op.attrs["hi"])
         self.line(d, f"// for {var} in [{op.attrs['lo']}, {op.attrs['hi']}), {kind} ({_loc(op)})")
         saved, self.lines = self.lines, []
-        if self.one_trip(op):  # no previous trip: the body starts from the state before the loop
+        if one_trip:  # the body starts from the state before the loop
             st.merge(self.region(op.body.ops, d + 1, st.copy()))
         else:
             self.loop_body(op.body.ops, d + 1, st)
@@ -57,17 +61,6 @@ class LoopMixin:
         self.lines.extend(body)
         self.line(d, "}")
         return st
-
-    def one_trip(self, op: Op) -> bool:
-        """Whether loop `op` runs exactly once whatever the grid and enclosing indices: its bounds
-        are exact constants one apart (`range(cdiv(G, NG))` with NG >= G). Its body then has no
-        previous trip, so it needs no barrier against one (a GEMV's one-trip loop over K)."""
-        try:
-            lo = exprs.bounds(exprs.parse(op.attrs["lo"]), self.ranges)
-            hi = exprs.bounds(exprs.parse(op.attrs["hi"]), self.ranges)
-        except exprs.ExprError:
-            return False
-        return lo[0] == lo[1] and hi[0] == hi[1] and hi[0] - lo[0] == 1
 
     def loop_body(self, ops: list[Op], d: int, st: SyncState, top=None, bottom=None, split: int | None = None) -> None:
         """Emit a loop body whose entry state is `st` joined with its own exit state (the previous

@@ -283,7 +283,7 @@ def test_barrier_between_cross_thread_ops(generated):
 def test_one_trip_loop_has_no_barrier_against_a_previous_trip():
     """matmul_w8a8's loop over groups: at G = NG it runs once, and its body's writes of the group
     sums q need no barrier against a previous trip's reads of q (codegen/cuda_loops.py
-    `one_trip`); at G = 2 NG (two trips) the barrier stays, and so does the one after the sums."""
+    `op_for`'s one-trip case); at G = 2 NG (two trips) the barrier stays, and so does the one after the sums."""
     path = os.path.join(ROOT, "examples", "matmul_w8a8.tk")
 
     def loop_barriers(source: str) -> tuple[int, int]:
