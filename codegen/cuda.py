@@ -45,6 +45,10 @@ ARCH = "sm_90a"
 SMEM_LIMIT = SMEM_LIMITS["sm_90"]
 MAX_GRID = (2**31 - 1, 65535, 65535)
 DYNAMIC_MAX = 2**31 - 1  # a dynamic dim's largest value (int kernel arguments); index ranges assume it
+# Streaming multiprocessors of the GPUs tkc targets (H100 SXM, H200: 132) and the most threads per
+# SM whose blocks get a register hint (min_blocks_hint): 512, so the cap it sets is >= 128 registers.
+SM_COUNT = 132
+HINT_THREADS_PER_SM = 512
 
 # Names the generated code uses itself; kernel names that collide get a trailing underscore.
 RESERVED = set("""
@@ -101,6 +105,24 @@ def launch_config(source: str) -> dict:
 SCRATCH = -1  # the buffer id of the register reductions' shared scratch in barrier tracking
 
 
+def min_blocks_hint(grid: list, threads: int) -> int | None:
+    """The minimum-blocks-per-SM argument of `__launch_bounds__` for a static grid of `grid` blocks
+    of `threads` threads that fits on the GPU at once: ceil(blocks / SM_COUNT), when that is one
+    block or that many blocks take at most HINT_THREADS_PER_SM threads (a cap of at least 128
+    registers); else None (larger or dynamic grids keep ptxas's own choice). Without it ptxas caps the registers for an occupancy that such a grid
+    never uses, and to stay under the cap it issues a thread's global loads a few at a time, each
+    group waiting for the one before (matmul.tk at 768 x 2048, BK = 2048: 40 registers and about
+    eight load round trips in series; with the hint 158 registers and all 32 loads issued first;
+    docs/PERFORMANCE.md "Eighteenth pass")."""
+    if not all(isinstance(n, int) for n in grid):
+        return None
+    blocks = 1
+    for n in grid:
+        blocks *= n
+    per_sm = -(-blocks // SM_COUNT)
+    return per_sm if per_sm == 1 or per_sm * threads <= HINT_THREADS_PER_SM else None
+
+
 def _loc(op: Op) -> str:
     return f"{op.loc.file}:{op.loc.line}:{op.loc.col}"
 
@@ -116,6 +138,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         self.slot: dict[int, str] = {}  # id(staged shared tile) -> C expression of the current stage
         self.staged: set[int] = set()  # staged tiles of the pipelined loops being emitted
         self.hoisted: dict[int, str] = {}  # id(mma tile.gemm) -> array of its A fragments loaded before a loop
+        self.min_blocks: int | None = None  # __launch_bounds__'s blocks per SM (min_blocks_hint)
         self.override: dict[str, str] = {}  # index names -> C expressions (prefetch iterations)
         self.opnames: dict[int, tuple[str, ...]] = {}
         self.index_bounds = index_bound_exprs(module.func)  # index tensor -> bounds its values are checked against
@@ -305,7 +328,14 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         params.extend(f"const int*{restrict} {ref_names[n]}" if n in refs else f"const int {self.cname(n)}"
                       for n, _, _ in scalars(func))
         params.extend(f"const int {self.cname(n)}" for n in self.dynamic)
-        attrs = f"__launch_bounds__({self.threads})"
+        # (not in a `sync grid` kernel, whose blocks must all be resident on a GPU of fewer SMs
+        # too, nor in a gemm kernel, whose register tiles are sized to its own occupancy)
+        gemm = any(o.name in ("tile.gemm", "tile.sampled_gemm") for o in func.walk())
+        hint = self.min_blocks = None if grid_sync or gemm else min_blocks_hint(grid, self.threads)
+        attrs = f"__launch_bounds__({self.threads}{'' if hint is None else f', {hint}'})"
+        if hint is not None:
+            self.line(0, f"// {hint} block(s) per SM hold the whole grid: ptxas may spend registers on loads in "
+                         "flight (min_blocks_hint)")
         if cluster != [1, 1, 1]:
             attrs = f"__cluster_dims__({', '.join(map(str, cluster))}) " + attrs
         self.line(0, f"extern \"C\" __global__ void {attrs} {kname}({', '.join(params)}) {{")

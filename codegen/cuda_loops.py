@@ -17,6 +17,10 @@ from dsl.diagnostics import error
 from dsl.ir import Op, Value
 from codegen.cuda_plan import OTHER, SyncState, chunk_map, shape_of
 
+# The most trips of a barrier-free loop unrolled whole in a kernel with the register hint
+# (codegen/cuda.py min_blocks_hint): matmul.tk at K = 2048, BK = 512 takes 4.
+FULL_UNROLL_TRIPS = 8
+
 
 def _loc(op: Op) -> str:
     return f"{op.loc.file}:{op.loc.line}:{op.loc.col}"
@@ -51,9 +55,15 @@ class LoopMixin:
         else:
             self.loop_body(op.body.ops, d + 1, st)
         body, self.lines = self.lines, saved
+        barrier_free = not any("__syncthreads" in b or "this_cluster" in b or "tk_mbar" in b for b in body)
+        exact = lo_b[0] == lo_b[1] and hi_b[0] == hi_b[1]
         if kind == "unroll":
             self.line(d, "#pragma unroll")
-        elif hi - lo >= 4 and not any("__syncthreads" in b or "this_cluster" in b or "tk_mbar" in b for b in body):
+        elif barrier_free and exact and 2 <= hi - lo <= FULL_UNROLL_TRIPS and self.min_blocks:
+            # the grid fits on the GPU at once and ptxas may spend registers (min_blocks_hint): every
+            # trip's loads issue before the first trip's arithmetic, one memory round trip in all
+            self.line(d, "#pragma unroll  // a few trips, no barrier, registers to spare: every trip's loads first")
+        elif hi - lo >= 4 and barrier_free:
             # a trip with no barrier (a GEMV's loads and multiply-adds after defer-reduce): two trips
             # per loop iteration let the next trip's loads issue before this trip's arithmetic
             self.line(d, "#pragma unroll 2  // no barrier in the body: overlap the loads of two trips")

@@ -222,7 +222,7 @@ def test_one_self_contained_kernel_with_located_ops(generated, path):
     module, source = generated[path]
     name = module.func.attrs["sym_name"]
     assert len(re.findall(r'extern "C" __global__', source)) == 1
-    assert re.search(rf'extern "C" __global__ void (__cluster_dims__\([^)]*\) )?__launch_bounds__\(\d+\) {name}\(',
+    assert re.search(rf'extern "C" __global__ void (__cluster_dims__\([^)]*\) )?__launch_bounds__\(\d+(, \d+)?\) {name}\(',
                      source)
     assert set(re.findall(r"#include <([^>]+)>", source)) <= TOOLKIT_HEADERS
     for const in {**module.func.attrs["dims"], **module.func.attrs["consts"]}:
@@ -295,6 +295,42 @@ def test_one_trip_loop_has_no_barrier_against_a_previous_trip():
     assert "for (int g = 0; g < 1; ++g)" in one and "for (int g = 0; g < 2; ++g)" in two
     assert loop_barriers(one) == (0, 1)
     assert loop_barriers(two) == (1, 1)
+
+
+@pytest.mark.parametrize("grid, threads, hint", [
+    ([192], 128, 2), ([264], 256, 2), ([265], 256, None), ([1024], 128, None), ([32], 512, 1), ([1, 1], 1024, 1),
+    ([132, 2], 64, 2), (["M / 64"], 128, None)])
+def test_min_blocks_hint(grid, threads, hint):
+    """`__launch_bounds__`'s blocks per SM: ceil(blocks / 132) for a static grid that fits on the
+    GPU at once with a register cap of at least 128 (or one block per SM); larger or dynamic grids
+    get none."""
+    assert cuda.min_blocks_hint(grid, threads) == hint
+
+
+def test_a_grid_that_fits_at_once_gets_the_register_hint_and_its_short_loops_unrolled():
+    """matmul.tk at 768 x 2048: 192 blocks of 128 threads, two per SM; `__launch_bounds__(128, 2)`
+    lets ptxas issue every load before the arithmetic (without it: 40 registers and the loads a
+    few at a time), and the barrier-free loop of K / BK = 4 trips is unrolled whole. At 4096 x 4096
+    (1024 blocks) neither: plain `__launch_bounds__(128)` and two trips per iteration. A `sync grid`
+    kernel (llama_layer) and a gemm kernel (sgemm, whose register tiles size its occupancy) never
+    get the hint."""
+    def emit(name: str, **dims) -> str:
+        return cuda.emit(driver.optimize(driver.frontend(os.path.join(ROOT, "examples", f"{name}.tk"), dims), "cuda"))
+
+    small, large = emit("matmul", D=768, K=2048), emit("matmul", D=4096, K=4096)
+    assert "__launch_bounds__(128, 2) matmul(" in small and "__launch_bounds__(128) matmul(" in large
+    loop = re.compile(r"#pragma unroll(?P<n> 2)?[^\n]*\n\s*for \(int k = 0; k < 4; \+\+k\)")
+    assert loop.search(small).group("n") is None
+    loop8 = re.compile(r"#pragma unroll(?P<n> 2)?[^\n]*\n\s*for \(int k = 0; k < 8; \+\+k\)")
+    assert loop8.search(large).group("n") == " 2"
+    assert re.search(r"__launch_bounds__\(\d+\) llama_layer\(", emit("llama_layer"))
+    sgemm = emit("sgemm", M=128, N=128, K=128)
+    assert re.search(r"__launch_bounds__\(\d+\) sgemm\(", sgemm) and "Launch: grid (1, 1, 1)" in sgemm
+    # a short exact loop with a barrier in a hinted kernel (matmul_w8a8's two trips over groups,
+    # 32 blocks) stays a plain loop
+    w8 = emit("matmul_w8a8", D=64, G=128, NG=64)
+    assert "__launch_bounds__(256, 1) matmul_w8a8(" in w8
+    assert re.search(r"\)\n\s*for \(int g = 0; g < 2; \+\+g\)", w8)
 
 
 def test_reshape_reads_without_a_barrier_only_where_each_thread_reads_its_own_elements():

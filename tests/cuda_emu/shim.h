@@ -27,7 +27,7 @@ alignas(128) unsigned char smem[232448];
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __align__(n)
 #define __shared__
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
