@@ -48,6 +48,7 @@ DYNAMIC_MAX = 2**31 - 1  # a dynamic dim's largest value (int kernel arguments);
 # Streaming multiprocessors of the GPUs tkc targets (H100 SXM, H200: 132) and the most threads per
 # SM whose blocks get a register hint (min_blocks_hint): 512, so the cap it sets is >= 128 registers.
 SM_COUNT = 132
+PDL_ARG = "tk_pdl"  # the kernel's last argument: launched programmatically (codegen/cuda_prelude.py tk_pdl_enter)
 HINT_THREADS_PER_SM = 512
 
 # Names the generated code uses itself; kernel names that collide get a trailing underscore.
@@ -59,7 +60,7 @@ typedef typename union unsigned using virtual void volatile while half nvcuda wm
 blockDim gridDim warpSize int8_t int32_t int64_t uint4 uint2 INFINITY std
 tid warp lane grp tig it ch e row col r0 r1 r2 r3 r4 r5 kk fi fj fa fb cf gv ov sv in0 in1 sum av bv ok
 stage smem THREADS wm wn part red oi o_base sh main cg peer pv
-wtr wtc ltr ltc rm rn wi wj ti tj
+wtr wtc ltr ltc rm rn wi wj ti tj tk_pdl
 """.split())
 
 
@@ -260,7 +261,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         grid3 = grid + [1] * (3 - len(grid))
         smem = self.plan.total_smem
         config = {"kernel": kname, "grid": grid3, "block": [self.threads, 1, 1], "cluster": cluster,
-                  "smem_bytes": smem}
+                  "smem_bytes": smem, "pdl": True}
         grid_sync = has_grid_barrier(launch)
         if grid_sync:  # `sync grid`: launched cooperatively (tkc/cuda_runtime.py), every block resident
             config["cooperative"] = True
@@ -285,6 +286,8 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         for n in self.dynamic:
             self.line(0, f"// dynamic dim {n}: an int kernel argument after the runtime scalars (the launch passes "
                       "the tensors' extent; one kernel serves every value)")
+        self.line(0, f"// {PDL_ARG}: the last int kernel argument, 1 when the launch is programmatic (tkc.programmatic_launch), "
+                  "else 0")
         for op in func.body.ops:
             if op.name == "tile.require" and op.attrs.get("runtime"):
                 self.line(0, f"// requires {op.attrs['cond']}: checked at every call, in the kernel where it reads a "
@@ -328,6 +331,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         params.extend(f"const int*{restrict} {ref_names[n]}" if n in refs else f"const int {self.cname(n)}"
                       for n, _, _ in scalars(func))
         params.extend(f"const int {self.cname(n)}" for n in self.dynamic)
+        params.append(f"const int {PDL_ARG}")  # last: 1 when launched programmatically (tk_pdl_enter)
         # (not in a `sync grid` kernel, whose blocks must all be resident on a GPU of fewer SMs
         # too, nor in a gemm kernel, whose register tiles are sized to its own occupancy)
         gemm = any(o.name in ("tile.gemm", "tile.sampled_gemm") for o in func.walk())
@@ -339,7 +343,7 @@ class _Emitter(AccessMixin, GemmMixin, LoopMixin):
         if cluster != [1, 1, 1]:
             attrs = f"__cluster_dims__({', '.join(map(str, cluster))}) " + attrs
         self.line(0, f"extern \"C\" __global__ void {attrs} {kname}({', '.join(params)}) {{")
-        self.line(1, "tk_pdl_enter();  // before any memory access (programmatic dependent launch)")
+        self.line(1, f"tk_pdl_enter({PDL_ARG});  // before any memory access (programmatic dependent launch)")
         for n, ref in ref_names.items():  # one load per thread; a CUDA graph replays at new values
             self.line(1, f"const int {self.cname(n)} = *{ref};  // runtime scalar `{n}` from device memory")
         for n, cond, what, op in device_checks(func):  # its range and `requires`, checked here (no host sync)

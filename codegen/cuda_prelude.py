@@ -119,16 +119,19 @@ PRELUDE = r"""#pragma nv_diag_suppress 177  // unused constants and indices are 
 // Programmatic dependent launch (sm_90, PTX `griddepcontrol`): a kernel launched with the
 // programmatic-stream-serialization attribute (tkc.programmatic_launch) may start while its
 // predecessor in the stream still runs; every kernel first waits until that predecessor has
-// finished and its memory is visible, then lets its own successor start launching. Without the
-// attribute the wait returns at once. The trigger is not free even then: in a grid of 131072
-// blocks it doubled RoPE's time on an H200 (docs/PERFORMANCE.md "launch_dependents"), so only
-// grids of at most TK_PDL_TRIGGER_BLOCKS blocks give it; a larger grid's successor launches when
-// the grid ends, which costs a launch's latency against a kernel of many waves.
+// finished and its memory is visible (without the attribute the wait returns at once, at no
+// measurable cost), then, when it was itself launched so (`programmatic`, the kernel's last
+// argument, set by tkc/cuda_runtime.py), lets its own successor start launching. The trigger is
+// not free: an ordinary launch that executes it takes about 0.1 us longer in a small grid (accum
+// at 64 x 4096 f32 on an H200: 3.08 against 3.20 us as graph replays) and twice as long in a grid
+// of 131072 blocks (RoPE; docs/PERFORMANCE.md "launch_dependents"). So only programmatic launches
+// of grids of at most TK_PDL_TRIGGER_BLOCKS blocks give it; a larger grid's successor launches
+// when the grid ends, which costs a launch's latency against a kernel of many waves.
 #define TK_PDL_TRIGGER_BLOCKS 32768
-__device__ __forceinline__ void tk_pdl_enter() {
+__device__ __forceinline__ void tk_pdl_enter(const int programmatic) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z <= TK_PDL_TRIGGER_BLOCKS) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (programmatic && static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z <= TK_PDL_TRIGGER_BLOCKS) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 

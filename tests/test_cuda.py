@@ -142,7 +142,7 @@ def test_dynamic_dims_are_kernel_arguments_and_both_forms_compile(compiled, gene
     for path in DYNAMIC:
         module, src = generated[path]
         for name in module.func.attrs["dynamic"]:
-            assert f"const int {name})" in src and f"constexpr int {name} " not in src, path
+            assert f"const int {name}, const int tk_pdl)" in src and f"constexpr int {name} " not in src, path
     for path in static_forms + DYNAMIC:
         proc = compiled[path]
         assert proc.returncode == 0 and "warning" not in proc.stderr, (path, proc.stderr[-3000:])
@@ -208,7 +208,7 @@ def test_header_carries_the_launch_shape(generated, path):
     config = cuda.launch_config(source)
     cooperative = {"cooperative": True} if has_grid_barrier(launch) else {}
     assert config == {"kernel": module.func.attrs["sym_name"], "grid": grid, "block": [threads, 1, 1],
-                      "cluster": cluster, "smem_bytes": got[8], **cooperative}
+                      "cluster": cluster, "smem_bytes": got[8], "pdl": True, **cooperative}
     # the layout holds every shared tile the budget check counted (those alive together share no bytes)
     counted = [b * s for _, b, s in shared_buffers(launch, module.env)]
     # (plus register tiles the plan keeps in shared memory: attention.tk's two [64, 128] f32

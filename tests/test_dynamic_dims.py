@@ -189,7 +189,7 @@ def test_cuda_compiles_one_kernel_for_every_m(tmp_path):
     b = driver.compile_file(MISS, "cuda", {"M": 333}, cache, dynamic=("M",))
     body = lambda s: s.split("// ---- kernel ----")[1]  # noqa: E731
     assert body(a.source) == body(b.source)
-    assert "constexpr int M" not in a.source and ", const int M)" in a.source
+    assert "constexpr int M" not in a.source and ", const int M, const int tk_pdl)" in a.source
 
 
 def test_bad_dynamic_keyword(tmp_path):

@@ -1,6 +1,7 @@
 """Programmatic dependent launch on the CPU side: every kernel the CUDA backend emits waits for
-its predecessor before its first memory access (`tk_pdl_enter()` first in the body, `griddepcontrol`
-in the prelude), the sampled-gemm kernels (several launches) are never launched programmatically,
+its predecessor before its first memory access (`tk_pdl_enter(tk_pdl)` first in the body,
+`griddepcontrol` in the prelude), triggers its successor's launch only when its last argument says
+it was launched programmatically, the sampled-gemm kernels (several launches) are never launched programmatically,
 and the ctypes mirrors of cuda.h's launch structs have the driver's layout. The launches
 themselves: tests/gpu/test_gpu_programmatic.py."""
 
@@ -32,8 +33,19 @@ def test_every_kernel_waits_before_its_first_memory_access(path):
     assert "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");" in source
     lines = source.splitlines()
     heads = [i for i, line in enumerate(lines) if line.startswith('extern "C" __global__')]
-    assert len(heads) == 1 and lines[heads[0] + 1].strip().startswith("tk_pdl_enter();"), lines[heads[0]:heads[0] + 3]
+    assert len(heads) == 1 and lines[heads[0] + 1].strip().startswith("tk_pdl_enter(tk_pdl);"), lines[heads[0]:heads[0] + 3]
+    assert lines[heads[0]].endswith(", const int tk_pdl) {")  # the last argument, which the runtime appends
     assert launch.pdl
+
+
+def test_the_trigger_only_in_programmatic_launches():
+    """`griddepcontrol.launch_dependents` costs an ordinary launch about 0.1 us in a small grid
+    (docs/PERFORMANCE.md "Nineteenth pass"): tk_pdl_enter gives it only when its argument says
+    the launch was programmatic."""
+    source = cuda.emit(driver.optimize(driver.frontend(os.path.join(ROOT, "examples", "accum.tk")), "cuda"))
+    body = source.split("void tk_pdl_enter(const int programmatic) {", 1)[1].split("\n}\n", 1)[0]
+    trigger = [line for line in body.splitlines() if "launch_dependents" in line]
+    assert len(trigger) == 1 and trigger[0].strip().startswith("if (programmatic && "), trigger
 
 
 def test_launch_structs_have_the_driver_layout():

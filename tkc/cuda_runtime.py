@@ -129,9 +129,10 @@ class CudaLaunch:
         self._functions: dict[tuple, object] = {}  # (device index, kernel name) -> cupy RawKernel
         self._modules: dict[int, object] = {}  # device index -> cupy RawModule
         self._streams: dict[tuple, object] = {}  # (device index, torch stream handle) -> cupy stream
-        # the kernel waits for its predecessor before touching memory (codegen's tk_pdl_enter), so
-        # it may be launched programmatically (tkc.programmatic_launch)
-        self.pdl = "tk_pdl_enter();" in source and not sddmm
+        # the kernel waits for its predecessor before touching memory (codegen's tk_pdl_enter), so (tkc.programmatic_launch)
+        # it may be launched programmatically (tkc.programmatic_launch); its last argument says
+        # whether it was (the trigger for its successor costs an ordinary launch time)
+        self.pdl = bool(config.get("pdl")) and not sddmm
         # `sync grid` (codegen: cg::this_grid().sync()): launched with the cooperative attribute
         self.cooperative = bool(config.get("cooperative"))
         self._resident: dict[int, tuple[int, int]] = {}  # device index -> (blocks resident per SM, SMs)
@@ -229,7 +230,10 @@ class CudaLaunch:
         # the kernel's module lives in its device's context: switch only when that is not the current one
         same = index == cupy.cuda.runtime.getDevice()
         with contextlib.nullcontext() if same else cupy.cuda.Device(index):
-            programmatic = _programmatic.get() and self.pdl and len(launches) == 1 and _pdl_supported(index)
+            programmatic = bool(_programmatic.get() and self.pdl and len(launches) == 1 and _pdl_supported(index))
+            if self.pdl:  # the kernel's last argument (codegen/cuda.py PDL_ARG)
+                name, grid, block, fn_args, smem = launches[0]
+                launches[0] = (name, grid, block, fn_args + [numpy.int32(programmatic)], smem)
             if programmatic or self.cooperative:  # launch attributes: through cuLaunchKernelEx
                 name, grid, block, fn_args, smem = launches[0]
                 function = self.function(index, name).kernel.ptr

@@ -63,6 +63,8 @@ def build(source: str, dtypes: list[str], n_scalars: int, workdir: str, refs=())
     writes = "\n".join(f"    fwrite(b{i}.data(), 1, b{i}.size(), f);" for i in range(len(dtypes)))
     args = [f"reinterpret_cast<{C_TYPES[dt]}*>(b{i}.data())" for i, dt in enumerate(dtypes)]
     args += [f"&s{j}" if j in refs and j < n_scalars - n_dyn else f"s{j}" for j in range(n_scalars)]
+    if config.get("pdl"):  # the last argument: launched programmatically (never, here)
+        args.append("0")
     scalars = "\n".join(f"    const int s{j} = std::stoi(argv[{3 + j}]);" for j in range(n_scalars))
     main = f"""
 #include <string>

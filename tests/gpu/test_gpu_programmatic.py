@@ -22,13 +22,14 @@ ACCUM = os.path.join(ROOT, "examples", "accum.tk")
 
 @pytest.fixture
 def launches(monkeypatch):
-    """The number of programmatic launches so far (a spy on cuda_runtime._launch_ex)."""
+    """The number of programmatic launches so far (a spy on cuda_runtime._launch_ex) whose last
+    kernel argument (tk_pdl) tells the kernel so: it then triggers its successor's launch."""
     count = [0]
     real = cuda_runtime._launch_ex
 
-    def spy(*a, **k):
-        count[0] += bool(k.get("programmatic"))
-        return real(*a, **k)
+    def spy(function, grid, block, args, *a, **k):
+        count[0] += bool(k.get("programmatic")) and int(args[-1]) == 1
+        return real(function, grid, block, args, *a, **k)
 
     monkeypatch.setattr(cuda_runtime, "_launch_ex", spy)
     return count

@@ -34,10 +34,11 @@ def instrument(src: str, kernel: str) -> str:
     """`src` with the timestamps described above; the kernel takes one more argument, the
     record (12 u64: entry, 5 arrivals, 5 releases)."""
     head = re.search(rf'extern "C" __global__ void __launch_bounds__\(\d+\) {kernel}\((.*)\) {{', src)
-    src = src[:head.start()] + CLOCK + src[head.start():head.end() - 3] + ", unsigned long long* tk_t) {" + \
-        src[head.end():]
-    src = src.replace("    tk_pdl_enter();  // before any memory access (programmatic dependent launch)\n",
-                      "    tk_pdl_enter();\n    if (threadIdx.x == 0) atomicMin(&tk_t[0], tk_now());\n", 1)
+    # the record goes before the last argument (tk_pdl, which the runtime appends after all others)
+    src = src[:head.start()] + CLOCK + src[head.start():head.end()].replace(
+        ", const int tk_pdl) {", ", unsigned long long* tk_t, const int tk_pdl) {") + src[head.end():]
+    src = src.replace("    tk_pdl_enter(tk_pdl);  // before any memory access (programmatic dependent launch)\n",
+                      "    tk_pdl_enter(tk_pdl);\n    if (threadIdx.x == 0) atomicMin(&tk_t[0], tk_now());\n", 1)
     parts = src.split("    cg::this_grid().sync();")
     out = parts[0]
     for p, rest in enumerate(parts[1:]):
