@@ -40,7 +40,7 @@ int main(int, char** argv) {
                 ts.emplace_back([&, t] {
                     threadIdx.x = t, blockIdx.x = bx, blockIdx.y = by;
                     g_groups.clear(), g_open.clear();
-                    sgemm(a.data(), b.data(), c.data());
+                    sgemm(a.data(), b.data(), c.data(), 0);  // tk_pdl: not a programmatic launch
                 });
             for (auto& t : ts) t.join();
         }
