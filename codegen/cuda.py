@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 
 from dsl import exprs
@@ -48,8 +49,8 @@ DYNAMIC_MAX = 2**31 - 1  # a dynamic dim's largest value (int kernel arguments);
 # Streaming multiprocessors of the GPUs tkc targets (H100 SXM, H200: 132) and the most threads per
 # SM whose blocks get a register hint (min_blocks_hint): 512, so the cap it sets is >= 128 registers.
 SM_COUNT = 132
-PDL_ARG = "tk_pdl"  # the kernel's last argument: launched programmatically (codegen/cuda_prelude.py tk_pdl_enter)
 HINT_THREADS_PER_SM = 512
+PDL_ARG = "tk_pdl"  # the kernel's last argument: launched programmatically (codegen/cuda_prelude.py tk_pdl_enter)
 
 # Names the generated code uses itself; kernel names that collide get a trailing underscore.
 RESERVED = set("""
@@ -110,17 +111,14 @@ def min_blocks_hint(grid: list, threads: int) -> int | None:
     """The minimum-blocks-per-SM argument of `__launch_bounds__` for a static grid of `grid` blocks
     of `threads` threads that fits on the GPU at once: ceil(blocks / SM_COUNT), when that is one
     block or that many blocks take at most HINT_THREADS_PER_SM threads (a cap of at least 128
-    registers); else None (larger or dynamic grids keep ptxas's own choice). Without it ptxas caps the registers for an occupancy that such a grid
-    never uses, and to stay under the cap it issues a thread's global loads a few at a time, each
-    group waiting for the one before (matmul.tk at 768 x 2048, BK = 2048: 40 registers and about
+    registers); else None (larger or dynamic grids keep ptxas's own choice). Without it ptxas caps
+    the registers for an occupancy that such a grid never uses, and to stay under the cap it issues
+    a thread's global loads a few at a time, each group waiting for the one before (matmul.tk at 768 x 2048, BK = 2048: 40 registers and about
     eight load round trips in series; with the hint 158 registers and all 32 loads issued first;
     docs/PERFORMANCE.md "Eighteenth pass")."""
     if not all(isinstance(n, int) for n in grid):
         return None
-    blocks = 1
-    for n in grid:
-        blocks *= n
-    per_sm = -(-blocks // SM_COUNT)
+    per_sm = -(-math.prod(grid) // SM_COUNT)
     return per_sm if per_sm == 1 or per_sm * threads <= HINT_THREADS_PER_SM else None
 
 

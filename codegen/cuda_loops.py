@@ -38,9 +38,10 @@ class LoopMixin:
             raise error(op.loc, "the CUDA backend cannot bound this loop's index",
                         "loop bounds may use dims, constants, grid indices and enclosing loop indices") from None
         lo, hi = lo_b[0], hi_b[1]
-        # one trip whatever the grid and enclosing indices (bounds exact constants one apart, as a
-        # GEMV's `range(cdiv(G, NG))` with NG >= G): the body has no previous trip to guard against
-        one_trip = lo_b[0] == lo_b[1] and hi_b[0] == hi_b[1] and hi - lo == 1
+        exact = lo_b[0] == lo_b[1] and hi_b[0] == hi_b[1]  # the same trips whatever the grid and enclosing indices
+        # one exact trip (as a GEMV's `range(cdiv(G, NG))` with NG >= G): the body has no previous
+        # trip to guard against
+        one_trip = exact and hi - lo == 1
         self.ranges[var] = (lo, max(lo, hi - 1))
         kind = op.attrs["kind"]
         self.hoist_a_fragments(op, d, st)
@@ -56,7 +57,6 @@ class LoopMixin:
             self.loop_body(op.body.ops, d + 1, st)
         body, self.lines = self.lines, saved
         barrier_free = not any("__syncthreads" in b or "this_cluster" in b or "tk_mbar" in b for b in body)
-        exact = lo_b[0] == lo_b[1] and hi_b[0] == hi_b[1]
         if kind == "unroll":
             self.line(d, "#pragma unroll")
         elif barrier_free and exact and 2 <= hi - lo <= FULL_UNROLL_TRIPS and self.min_blocks:

@@ -129,7 +129,7 @@ class CudaLaunch:
         self._functions: dict[tuple, object] = {}  # (device index, kernel name) -> cupy RawKernel
         self._modules: dict[int, object] = {}  # device index -> cupy RawModule
         self._streams: dict[tuple, object] = {}  # (device index, torch stream handle) -> cupy stream
-        # the kernel waits for its predecessor before touching memory (codegen's tk_pdl_enter), so (tkc.programmatic_launch)
+        # the kernel waits for its predecessor before touching memory (codegen's tk_pdl_enter), so
         # it may be launched programmatically (tkc.programmatic_launch); its last argument says
         # whether it was (the trigger for its successor costs an ordinary launch time)
         self.pdl = bool(config.get("pdl")) and not sddmm
@@ -214,6 +214,8 @@ class CudaLaunch:
                                 "put the grid index that grows with the dynamic dim first (it maps to blockIdx.x)")
             if 0 in grid:  # an empty dynamic extent: nothing to compute
                 return
+        # (never a sampled gemm's kernels: self.pdl is false for them)
+        programmatic = bool(_programmatic.get() and self.pdl and _pdl_supported(index))
         if self.dot_kernel is not None:
             n_tc, n_dot = tensors[-6].numel(), tensors[-3].numel()  # tc_m, dot_order
             args += [numpy.int32(n_tc), numpy.int32(n_dot)]
@@ -225,15 +227,12 @@ class CudaLaunch:
                 launches.append((self.tc_kernel, (n_tc, 1, 1), self.block, args, self.smem))
             if n_dot:
                 launches.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, args, 0))
-        else:
-            launches = [(self.name, grid, self.block, args, self.smem)]
+        else:  # the last argument (codegen/cuda.py PDL_ARG): whether this launch is programmatic
+            launches = [(self.name, grid, self.block, args + [numpy.int32(programmatic)] if self.pdl else args,
+                         self.smem)]
         # the kernel's module lives in its device's context: switch only when that is not the current one
         same = index == cupy.cuda.runtime.getDevice()
         with contextlib.nullcontext() if same else cupy.cuda.Device(index):
-            programmatic = bool(_programmatic.get() and self.pdl and len(launches) == 1 and _pdl_supported(index))
-            if self.pdl:  # the kernel's last argument (codegen/cuda.py PDL_ARG)
-                name, grid, block, fn_args, smem = launches[0]
-                launches[0] = (name, grid, block, fn_args + [numpy.int32(programmatic)], smem)
             if programmatic or self.cooperative:  # launch attributes: through cuLaunchKernelEx
                 name, grid, block, fn_args, smem = launches[0]
                 function = self.function(index, name).kernel.ptr

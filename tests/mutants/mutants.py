@@ -718,7 +718,7 @@ MUTANTS: list[Mutant] = [
       "CUDA: a two-trip loop is emitted as one trip, without its barrier against the previous trip", "cpu",
       tests=("tests/test_cuda.py",)),
     M("cuda-hint-blocks-rounded-down", "codegen/cuda.py",
-      "per_sm = -(-blocks // SM_COUNT)", "per_sm = max(1, blocks // SM_COUNT)",
+      "per_sm = -(-math.prod(grid) // SM_COUNT)", "per_sm = max(1, math.prod(grid) // SM_COUNT)",
       "CUDA: the register hint asks for fewer blocks per SM than the grid needs at once", "cpu",
       tests=("tests/test_cuda.py",)),
     M("cuda-hint-for-any-grid", "codegen/cuda.py",
@@ -738,7 +738,7 @@ MUTANTS: list[Mutant] = [
       "CUDA: ordinary launches trigger their successor too (about 0.1 us each in small grids)", "cpu",
       tests=("tests/test_programmatic_launch.py",)),
     M("cuda-pdl-flag-never-set", "tkc/cuda_runtime.py",
-      "fn_args + [numpy.int32(programmatic)]", "fn_args + [numpy.int32(0)]",
+      "args + [numpy.int32(programmatic)]", "args + [numpy.int32(0)]",
       "CUDA: programmatic launches tell the kernel they are not, so it never triggers its successor", "gpu",
       tests=("tests/gpu/test_gpu_programmatic.py",)),
     # ---- SDDMM: the dispatch split, the CUDA kernels (issue 12) -----------------------------------
