@@ -128,11 +128,19 @@ PRELUDE = r"""#pragma nv_diag_suppress 177  // unused constants and indices are 
 // of grids of at most TK_PDL_TRIGGER_BLOCKS blocks give it; a larger grid's successor launches
 // when the grid ends, which costs a launch's latency against a kernel of many waves.
 #define TK_PDL_TRIGGER_BLOCKS 32768
-__device__ __forceinline__ void tk_pdl_enter(const int programmatic) {
+__device__ __forceinline__ void tk_pdl_wait() {  // until the predecessor has finished and its writes are visible
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (programmatic && static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z <= TK_PDL_TRIGGER_BLOCKS) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void tk_pdl_trigger() {  // the successor may start launching
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void tk_pdl_enter(const int programmatic) {
+    tk_pdl_wait();
+    if (programmatic && static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z <= TK_PDL_TRIGGER_BLOCKS) tk_pdl_trigger();
 }
 
 // Four int8 values as the one 32-bit word `__dp4a` multiplies bytewise (tile.dot_reduce).

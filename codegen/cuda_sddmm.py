@@ -279,6 +279,10 @@ def _tensor_core_tile(w, T: str, index: str, asyncs: bool, vec: int, tiles, dens
     w("            for (int v = tid; v < n; v += THREADS) tk_cp_async<16>(to + v * PV, tc_pos + from + v * PV);")
     w("            tk_cp_async_commit();")
     w("        };")
+    w("        // launched programmatically after B's transpose: the tile's indices above were written before the")
+    w("        // call; A, B and Bt are read after the transpose has finished. The dot products may launch now.")
+    w("        tk_pdl_wait();")
+    w("        if (n_dot > 0) tk_pdl_trigger();")
     w("        #pragma unroll 1")
     if wg:  # one cp.async group per chunk slot, empty past K's chunks: the loop's waits count groups
         w("        for (int kt = 0; kt < STAGES - 1; ++kt) if (kt < KT) load(kt); else tk_cp_async_commit();")
@@ -551,6 +555,8 @@ def _transpose(w, name: str, T: str, vectors: bool, vec: int) -> None:
     w(f"extern \"C\" __global__ void __launch_bounds__({TRANSPOSE_THREADS}) {name}(const {T}* __restrict__ B, "
       f"{T}* __restrict__ Bt) {{")
     w(f"    __shared__ __align__(16) {T} s[{t}][{t} + {vec}];  // [k][n]")
+    w("    tk_pdl_wait();  // (launched programmatically only inside tkc.programmatic_launch)")
+    w("    tk_pdl_trigger();  // a kernel of the call always follows: it may launch now and wait for Bt")
     w(f"    const int n0 = blockIdx.x * {t}, k0 = blockIdx.y * {t};")
     if vectors:
         w(f"    for (int v = threadIdx.x; v < {t} * {t // vec}; v += {TRANSPOSE_THREADS}) {{")
@@ -602,6 +608,9 @@ def _dot_products(w, T: str, dense: bool, kvec: bool, vec: int) -> None:
     w("            r[u] = e[u] >= 0 ? rows[e[u]] : 0;")
     w("            c[u] = e[u] >= 0 ? cols[e[u]] : 0;")
     w("        }")
+    w("        // launched programmatically after the kernel before it (B's transpose, or the tiles): the indices")
+    w("        // were written before the call, Bt and P only after that kernel has finished")
+    w("        if (it == 0) tk_pdl_wait();")
     w("        float sum[E];")
     w("        #pragma unroll")
     w("        for (int u = 0; u < E; ++u) sum[u] = 0.0f;")

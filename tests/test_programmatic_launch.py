@@ -1,19 +1,22 @@
 """Programmatic dependent launch on the CPU side: every kernel the CUDA backend emits waits for
 its predecessor before its first memory access (`tk_pdl_enter(tk_pdl)` first in the body,
 `griddepcontrol` in the prelude), triggers its successor's launch only when its last argument says
-it was launched programmatically, the sampled-gemm kernels (several launches) are never launched programmatically,
-and the ctypes mirrors of cuda.h's launch structs have the driver's layout. The launches
+it was launched programmatically, a sampled gemm's kernels after the first of a call are
+launched programmatically and wait before they read what the kernel before them writes, and the ctypes mirrors of cuda.h's launch structs have the driver's layout. The launches
 themselves: tests/gpu/test_gpu_programmatic.py."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
+import re
 
 import numpy
 import pytest
 
+import tkc
 from codegen import cuda
 from tkc import cuda_runtime, driver
 
@@ -29,6 +32,7 @@ def test_every_kernel_waits_before_its_first_memory_access(path):
     launch = cuda_runtime.CudaLaunch(path, source)
     if name.startswith("sddmm"):  # sampled gemm: a transpose and two kernels per call
         assert not launch.pdl
+        _sampled_kernels_wait_before_reading_bt(source)
         return
     assert "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");" in source
     lines = source.splitlines()
@@ -38,14 +42,51 @@ def test_every_kernel_waits_before_its_first_memory_access(path):
     assert launch.pdl
 
 
+def _kernel_bodies(source: str) -> dict[str, list[str]]:
+    lines, bodies, name = source.splitlines(), {}, None
+    for line in lines:
+        if line.startswith('extern "C" __global__'):
+            name = re.match(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', line).group(1)
+            bodies[name] = []
+        elif name is not None:
+            bodies[name].append(line.strip())
+            if line == "}":
+                name = None
+    return bodies
+
+
+def _sampled_kernels_wait_before_reading_bt(source: str) -> None:
+    """Each kernel of a sampled gemm after the first of a call may start while the one before it
+    runs (cuda_runtime.CudaLaunch._sampled): B's transpose waits, then triggers its successor,
+    first after its shared array; the tiles wait before their first copy of A and B (and trigger the dot
+    products only when there are any); the dot products wait before their first read of Bt."""
+    bodies = _kernel_bodies(source)
+    (transpose,) = [b for n, b in bodies.items() if n.endswith("_transpose_b")]
+    assert transpose[1:3] == ["tk_pdl_wait();  // (launched programmatically only inside tkc.programmatic_launch)",
+                             "tk_pdl_trigger();  // a kernel of the call always follows: it may launch now and wait for Bt"]
+    (dots,) = [b for n, b in bodies.items() if n.endswith("_dots")]
+    wait = dots.index("if (it == 0) tk_pdl_wait();")
+    assert all("Bt +" not in line and "Bt[" not in line and "P[" not in line for line in dots[:wait])
+    assert any("Bt + " in line for line in dots[wait:])
+    tiles = [b for n, b in bodies.items() if not n.endswith(("_dots", "_transpose_b"))]
+    for tile in tiles:
+        wait = tile.index("tk_pdl_wait();")
+        assert tile[wait + 1] == "if (n_dot > 0) tk_pdl_trigger();"
+        # (the copies are lambdas defined before it: `auto load = [&](...)`; none is called before it)
+        calls = [line for line in tile[:wait] if re.search(r"\b(load|places)\(", line) and not line.startswith("auto ")]
+        assert not calls and any(line.startswith("auto load = ") for line in tile[:wait]), calls
+
+
 def test_the_trigger_only_in_programmatic_launches():
     """`griddepcontrol.launch_dependents` costs an ordinary launch about 0.1 us in a small grid
     (docs/PERFORMANCE.md "Nineteenth pass"): tk_pdl_enter gives it only when its argument says
     the launch was programmatic."""
     source = cuda.emit(driver.optimize(driver.frontend(os.path.join(ROOT, "examples", "accum.tk")), "cuda"))
     body = source.split("void tk_pdl_enter(const int programmatic) {", 1)[1].split("\n}\n", 1)[0]
-    trigger = [line for line in body.splitlines() if "launch_dependents" in line]
+    trigger = [line for line in body.splitlines() if "tk_pdl_trigger()" in line]
     assert len(trigger) == 1 and trigger[0].strip().startswith("if (programmatic && "), trigger
+    helper = source.split("void tk_pdl_trigger() {", 1)[1].split("\n}\n", 1)[0]
+    assert 'asm volatile("griddepcontrol.launch_dependents;" ::: "memory");' in helper
 
 
 def test_launch_structs_have_the_driver_layout():
@@ -66,10 +107,41 @@ def test_programmatic_launch_only_where_the_gpu_and_driver_have_it(monkeypatch):
 
     for capability, lookup, want in [((8, 0), lambda: None, False), ((9, 0), missing, False), ((9, 0), lambda: None, True)]:
         cuda_runtime._pdl_supported.cache_clear()
+        cuda_runtime._launch_ex_supported.cache_clear()
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
         monkeypatch.setattr(cuda_runtime, "_cu_launch_kernel_ex", lookup)
         assert cuda_runtime._pdl_supported(0) is want, capability
+        assert cuda_runtime._launch_ex_supported() is (lookup is not missing)
     cuda_runtime._pdl_supported.cache_clear()
+    cuda_runtime._launch_ex_supported.cache_clear()
+
+
+def test_launch_ex_packs_arguments_into_slots(monkeypatch):
+    """_launch_ex's argument slots: each argument's 8-byte slot holds a pointer whole and an int32
+    (negative ones too) in its low 4 bytes; the config keeps the grid, block, shared memory,
+    stream and attributes; a second launch with other values reuses the slots."""
+    seen = []
+
+    def driver_call(config_ref, function, params, extra):
+        config = config_ref._obj
+        words = [ctypes.c_uint64.from_address(params[i]).value for i in range(4)]
+        low = [ctypes.c_int32.from_address(params[i]).value for i in (2, 3)]
+        attrs = [config.attrs[i].id for i in range(config.numAttrs)]
+        seen.append((function, (config.gridDimX, config.gridDimY, config.gridDimZ),
+                     (config.blockDimX, config.blockDimY, config.blockDimZ), config.sharedMemBytes,
+                     config.hStream, attrs, words[:2], low))
+        return 0
+
+    monkeypatch.setattr(cuda_runtime, "_cu_launch_kernel_ex", lambda: driver_call)
+    ptrs = [numpy.uint64(0x7F00_0000_1000), numpy.uint64(0x7F00_0000_2000)]
+    cuda_runtime._launch_ex(11, (5, 2, 1), (256, 1, 1), ptrs + [numpy.int32(-3), numpy.int32(88000)], 4096, 77,
+                            programmatic=True)
+    cuda_runtime._launch_ex(12, (7, 1, 1), (128, 1, 1), ptrs[::-1] + [numpy.int32(9), numpy.int32(-1)], 0, 78,
+                            cooperative=True)
+    assert seen == [
+        (11, (5, 2, 1), (256, 1, 1), 4096, 77, [cuda_runtime._PROGRAMMATIC_STREAM_SERIALIZATION],
+         [0x7F00_0000_1000, 0x7F00_0000_2000], [-3, 88000]),
+        (12, (7, 1, 1), (128, 1, 1), 0, 78, [cuda_runtime._COOPERATIVE], [0x7F00_0000_2000, 0x7F00_0000_1000], [9, -1])]
 
 
 class _FakeTensor:
@@ -93,12 +165,18 @@ class _FakeTensor:
         return n
 
 
+@pytest.mark.parametrize("ex, pdl, context", [(False, False, False), (True, False, False), (True, True, False),
+                                               (True, True, True)])
 @pytest.mark.parametrize("n_tc, n_dot, fill_bt", [(3, 5, True), (3, 0, False), (0, 5, False), (3, 0, True)])
-def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, n_tc, n_dot, fill_bt):
+def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, n_tc, n_dot, fill_bt, ex, pdl,
+                                                                   context):
     """The sampled gemm's launches from one call: B's transpose first (with `fill_bt`: the
     runtime asks for it when the dot products or sddmm.tk's wgmma tiles read Bt), the tensor-core
     tiles (when there are any), the dot products; every kernel takes the tensors' pointers then
-    n_tc and n_dot, the transpose B and Bt only, and the grids follow the plan."""
+    n_tc and n_dot, the transpose B and Bt only, and the grids follow the plan. They go through
+    cuLaunchKernelEx where the driver has it (`ex`, else CuPy's launch); where the GPU takes
+    programmatic launches (`pdl`), every kernel after the first is one, and the first too inside
+    tkc.programmatic_launch (`context`)."""
     path = os.path.join(ROOT, "examples", "sddmm.tk")
     source = cuda.emit(driver.optimize(driver.frontend(path, {}), "cuda"))
     launch = cuda_runtime.CudaLaunch(path, source)
@@ -111,7 +189,7 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
 
     class Function:  # what CudaLaunch.function(index, name).kernel is: CuPy's launchable function
         def __init__(self, name):
-            self.name = name
+            self.name = self.ptr = name
 
         def __call__(self, grid, block, args, smem, stream):
             launched.append((self.name, grid, block, [int(a) for a in args], smem))
@@ -122,13 +200,25 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     monkeypatch.setattr(cuda_runtime, "_cupy_available", lambda: True)
     monkeypatch.setattr(cuda_runtime, "_modules", lambda: (fake_cupy, numpy, fake_torch))
     monkeypatch.setattr(launch, "function", lambda index, name=None: type("F", (), {"kernel": Function(name)}))
+    programmatic_at = []  # the launches' indices that went through cuLaunchKernelEx with the attribute
+
+    def launch_ex(function, grid, block, args, smem, stream, programmatic=False, cooperative=False):
+        assert stream == 77 and not cooperative
+        if programmatic:
+            programmatic_at.append(len(launched))
+        launched.append((function, grid, block, [int(a) for a in args], smem))
+
+    monkeypatch.setattr(cuda_runtime, "_pdl_supported", lambda index: pdl)
+    monkeypatch.setattr(cuda_runtime, "_launch_ex", launch_ex)
+    monkeypatch.setattr(cuda_runtime, "_launch_ex_supported", lambda: ex)
     K, N = 256, 1000
     # A, B, rows, cols, P, Bt, then the plan's cuda_tensors: tc_ptr, tc_m, tc_n, tc_order, dot_order,
     # tc_pos, tc_rbase
     shapes = [(64, K), (K, N), (9,), (9,), (9,), (N, K), (n_tc + 1,), (n_tc,), (n_tc,), (9,), (n_dot,), (16,),
               (128 * n_tc,)]
     tensors = [_FakeTensor(4096 * (i + 1), s) for i, s in enumerate(shapes)]
-    launch(*tensors, fill_bt=fill_bt)
+    with tkc.programmatic_launch() if context else contextlib.nullcontext():
+        launch(*tensors, fill_bt=fill_bt)
     ptrs = [t.ptr for t in tensors]
     want = []
     assert launch.tc_reads_bt  # sddmm.tk's tiles are wgmma tiles over Bt
@@ -140,3 +230,4 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     if n_dot:
         want.append((launch.dot_kernel, (-(-n_dot // launch.dot_per_block), 1, 1), launch.block, ptrs + [n_tc, n_dot], 0))
     assert launched == want
+    assert programmatic_at == (list(range(0 if context else 1, len(want))) if pdl else [])

@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import warnings
 
 from codegen import cuda as cuda_codegen
@@ -217,32 +218,49 @@ class CudaLaunch:
         # (never a sampled gemm's kernels: self.pdl is false for them)
         programmatic = bool(_programmatic.get() and self.pdl and _pdl_supported(index))
         if self.dot_kernel is not None:
-            n_tc, n_dot = tensors[-6].numel(), tensors[-3].numel()  # tc_m, dot_order
-            args += [numpy.int32(n_tc), numpy.int32(n_dot)]
-            launches = []
-            if fill_bt:  # B [K, N] -> Bt [N, K], before the kernels that read it
-                (K, N), (name, tile, threads) = tensors[1].shape, self.transpose
-                launches.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), (args[1], args[5]), 0))
-            if self.tc_kernel and n_tc:
-                launches.append((self.tc_kernel, (n_tc, 1, 1), self.block, args, self.smem))
-            if n_dot:
-                launches.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, args, 0))
-        else:  # the last argument (codegen/cuda.py PDL_ARG): whether this launch is programmatic
-            launches = [(self.name, grid, self.block, args + [numpy.int32(programmatic)] if self.pdl else args,
-                         self.smem)]
+            self._sampled(index, handle, stream, tensors, args, fill_bt)
+            return
+        # the last argument (codegen/cuda.py PDL_ARG): whether this launch is programmatic
+        fn_args = args + [numpy.int32(programmatic)] if self.pdl else args
         # the kernel's module lives in its device's context: switch only when that is not the current one
         same = index == cupy.cuda.runtime.getDevice()
         with contextlib.nullcontext() if same else cupy.cuda.Device(index):
             if programmatic or self.cooperative:  # launch attributes: through cuLaunchKernelEx
-                name, grid, block, fn_args, smem = launches[0]
-                function = self.function(index, name).kernel.ptr
+                function = self.function(index).kernel.ptr
                 if self.cooperative:
                     self.check_resident(index, function, grid)
-                _launch_ex(function, grid, block, fn_args, smem, handle, programmatic=programmatic,
+                _launch_ex(function, grid, self.block, fn_args, self.smem, handle, programmatic=programmatic,
                            cooperative=self.cooperative)
-                return
-            for name, grid, block, fn_args, smem in launches:
-                self.function(index, name).kernel(grid, block, tuple(fn_args), smem, stream)
+            else:
+                self.function(index).kernel(grid, self.block, tuple(fn_args), self.smem, stream)
+
+    def _sampled(self, index: int, handle: int, stream, tensors, args: list, fill_bt: bool) -> None:
+        """A sampled gemm's launches (codegen/cuda_sddmm.py): B's transpose when `fill_bt`, the
+        tensor-core tiles when the plan has any, the dot products when it has any. Each kernel
+        after the first is launched programmatically where the GPU takes it (sm_90): it starts
+        launching while the one before it runs, reads the plan's indices, and waits
+        (tk_pdl_wait) before it reads Bt or writes P; the first kernel is programmatic only
+        inside tkc.programmatic_launch."""
+        cupy, numpy, _ = _modules()
+        n_tc, n_dot = tensors[-6].numel(), tensors[-3].numel()  # tc_m, dot_order
+        args = args + [numpy.int32(n_tc), numpy.int32(n_dot)]
+        launches = []
+        if fill_bt:  # B [K, N] -> Bt [N, K], before the kernels that read it
+            (K, N), (name, tile, threads) = tensors[1].shape, self.transpose
+            launches.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), (args[1], args[5]), 0))
+        if self.tc_kernel and n_tc:
+            launches.append((self.tc_kernel, (n_tc, 1, 1), self.block, args, self.smem))
+        if n_dot:
+            launches.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, args, 0))
+        pdl, ex = _pdl_supported(index), _launch_ex_supported()
+        same = index == cupy.cuda.runtime.getDevice()
+        with contextlib.nullcontext() if same else cupy.cuda.Device(index):
+            for i, (name, grid, block, fn_args, smem) in enumerate(launches):
+                if ex:  # (less host time than CuPy's launch for the kernels' 19 arguments)
+                    _launch_ex(self.function(index, name).kernel.ptr, grid, block, fn_args, smem, handle,
+                               programmatic=pdl and (i > 0 or _programmatic.get()))
+                else:
+                    self.function(index, name).kernel(grid, block, tuple(fn_args), smem, stream)
 
 
     def check_resident(self, index: int, function: int, grid) -> None:
@@ -312,8 +330,12 @@ def _pdl_supported(index: int) -> bool:
     driver with cuLaunchKernelEx (CUDA 12.0); elsewhere tkc.programmatic_launch launches as usual."""
     import torch
 
-    if torch.cuda.get_device_capability(index)[0] < 9:
-        return False
+    return torch.cuda.get_device_capability(index)[0] >= 9 and _launch_ex_supported()
+
+
+@functools.lru_cache(maxsize=1)
+def _launch_ex_supported() -> bool:
+    """Whether the driver has cuLaunchKernelEx (CUDA 12.0 and later)."""
     try:
         _cu_launch_kernel_ex()
     except (OSError, AttributeError):
@@ -351,21 +373,44 @@ def _allow_nonportable_cluster(function: int) -> None:
         raise BackendError(f"cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) failed with CUDA driver error {status}")
 
 
+_launch_state = threading.local()  # per thread: argument slots by count, launch configs by shape (_launch_ex)
+_CONFIGS_KEPT = 256  # launch configs cached per thread before the cache starts over
+
+
 def _launch_ex(function: int, grid, block, args, smem: int, stream: int, programmatic: bool = False,
                cooperative: bool = False) -> None:
-    """Launch CUfunction `function` through cuLaunchKernelEx with the programmatic-stream-
+    """Launch CUfunction `function` through cuLaunchKernelEx, with the programmatic-stream-
     serialization attribute (`programmatic`) and/or the cooperative one (`cooperative`: every
-    block resident at once, for cg::this_grid().sync()); `args` are numpy uint64 (pointers) and
-    int32 scalars, in order. Raises BackendError on a driver error."""
-    ids = ([_PROGRAMMATIC_STREAM_SERIALIZATION] if programmatic else []) + ([_COOPERATIVE] if cooperative else [])
-    attrs = (_LaunchAttribute * max(1, len(ids)))()
-    for attr, key in zip(attrs, ids):
-        attr.id = key
-        attr.value = (1).to_bytes(4, "little") + bytes(60)  # programmaticStreamSerializationAllowed / cooperative = 1
-    config = _LaunchConfig(*grid, *block, smem, stream, attrs, len(ids))
-    values = [ctypes.c_uint64(int(a)) if a.dtype.itemsize == 8 else ctypes.c_int32(int(a)) for a in args]
-    params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
-    status = _cu_launch_kernel_ex()(ctypes.byref(config), function, params, None)
+    block resident at once, for cg::this_grid().sync()), or none; `args` are numpy uint64
+    (pointers) and int32 scalars, in order. Raises BackendError on a driver error.
+
+    The host time of a launch counts where kernels are short (a sampled gemm's call launches up
+    to three): the arguments go into 8-byte slots that the thread keeps per argument count (an
+    int32 is read from its slot's low 4 bytes: little-endian hosts), and the launch config with
+    its attributes is kept per (grid, block, shared memory, stream, attributes); the driver
+    copies both at the launch."""
+    state = _launch_state.__dict__
+    n = len(args)
+    slots = state.get(n)
+    if slots is None:
+        values = (ctypes.c_uint64 * max(n, 1))()
+        base = ctypes.addressof(values)
+        slots = state[n] = (values, (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(max(n, 1))]))
+    values, params = slots
+    values[:n] = [int(a) & 0xFFFFFFFFFFFFFFFF for a in args]  # (two's complement of a negative int32 in the low word)
+    key = (*grid, *block, smem, stream, programmatic, cooperative)
+    configs = state.setdefault("configs", {})
+    held = configs.get(key)
+    if held is None:
+        ids = ([_PROGRAMMATIC_STREAM_SERIALIZATION] if programmatic else []) + ([_COOPERATIVE] if cooperative else [])
+        attrs = (_LaunchAttribute * max(1, len(ids)))()
+        for attr, attr_id in zip(attrs, ids):
+            attr.id = attr_id
+            attr.value = (1).to_bytes(4, "little") + bytes(60)  # programmaticStreamSerializationAllowed / cooperative = 1
+        if len(configs) >= _CONFIGS_KEPT:
+            configs.clear()
+        held = configs[key] = (_LaunchConfig(*grid, *block, smem, stream, attrs, len(ids)), attrs)
+    status = _cu_launch_kernel_ex()(ctypes.byref(held[0]), function, params, None)
     if status:
         raise BackendError(f"cuLaunchKernelEx failed with CUDA driver error {status}")
 

@@ -18,6 +18,21 @@ import tkc
 from tkc import sparse as sp
 
 
+def graph_us(fn, calls: int = 20, replays: int = 50) -> float:
+    """us per call of `fn` as replays of a CUDA graph of `calls` calls (wall time of `replays`)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(replays):
+        graph.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / (calls * replays) * 1e6
+
+
 def main() -> None:
     kernel = tkc.compile("examples/sddmm.tk", target="cuda")
     p = sp.uniform(4000, 4000, 88000, seed=1).to("cuda")
@@ -37,17 +52,7 @@ def main() -> None:
         torch.cuda.synchronize()
         best = min(best, (time.perf_counter() - t0) / 300 * 1e6)
     print(f"{torch.cuda.get_device_name()}: call {best:.1f} us per call (wall, best of 5 x 300 calls)")
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(20):
-            kernel(A, B, p)
-    graph.replay()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(50):
-        graph.replay()
-    torch.cuda.synchronize()
-    print(f"kernels alone: {(time.perf_counter() - t0) / 1000 * 1e6:.1f} us per call (graph of 20 calls, 50 replays)")
+    print(f"kernels alone: {graph_us(lambda: kernel(A, B, p)):.1f} us per call (graph of 20 calls, 50 replays)")
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(300):

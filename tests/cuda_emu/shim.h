@@ -65,6 +65,8 @@ inline float tk_i8_to_f32(int8_t x) { int32_t b = 0x4B400000 + x; float f; std::
 using std::max;
 using std::min;
 inline void tk_pdl_enter(int) {}  // one grid at a time: nothing runs before it
+inline void tk_pdl_wait() {}
+inline void tk_pdl_trigger() {}
 // An index tensor's element outside [0, hi): the message the GPU prints, then the process stops
 // (the GPU's trap).
 // A runtime scalar read from memory that fails its check: the GPU's message, then the process stops.

@@ -2,7 +2,9 @@
 kernels, each launched while the one before it may still run, give exactly what torch gives for
 the same chain of f32 adds (a kernel that read its input before the predecessor finished would
 not), called plainly and captured in a CUDA graph; the launches went through cuLaunchKernelEx.
-The llama step with it: tests/gpu/test_gpu_llama.py (`programmatic`)."""
+A sampled gemm's kernels after the first of each call are launched programmatically: calls in a
+row with a new B each, and a B whose transpose runs long, match float64 torch. The llama step
+with it: tests/gpu/test_gpu_llama.py (`programmatic`)."""
 
 from __future__ import annotations
 
@@ -71,3 +73,63 @@ def test_dependent_chain_in_a_graph_matches_torch(tmp_path, launches):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, _chain(torch.add, x, ds))
+
+
+def test_sampled_gemm_calls_in_a_row_read_their_own_b(tmp_path, monkeypatch):
+    """A sampled gemm's call runs B's transpose, the tensor-core tiles and the dot products, the
+    last two launched programmatically (cuda_runtime.CudaLaunch._sampled): each starts while the
+    kernel before it runs and waits before it reads Bt. Calls in a row on one pattern with a new B
+    each (Bt's buffer comes back from torch's allocator holding the call before's transpose, so
+    a kernel that read it early would see the old B) match float64 torch at every entry."""
+    from tkc import oracle
+    from tkc import sparse as sp
+
+    programmatic = []
+    real = cuda_runtime._launch_ex
+
+    def spy(function, grid, block, args, *a, **k):
+        programmatic.append(bool(k.get("programmatic")))
+        return real(function, grid, block, args, *a, **k)
+
+    monkeypatch.setattr(cuda_runtime, "_launch_ex", spy)
+    M, N, K, BM, BN = 1000, 1100, 256, 128, 128
+    p = sp.rmat(M, N, 90000, seed=4)
+    per_tile = torch.bincount(p.rows.long() // BM * -(-N // BN) + p.cols.long() // BN)
+    dot_below = int(per_tile[per_tile > 0].median())  # about half the tiles on tensor cores, half as dot products
+    kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="cuda", cache_dir=str(tmp_path))
+    kernel.dot_below = dot_below
+    g = torch.Generator().manual_seed(5)
+    A = torch.randn(M, K, generator=g).half().cuda()
+    rows, cols = p.rows.long().cuda(), p.cols.long().cuda()
+    for call in range(4):
+        B = (torch.randn(K, N, generator=g) * (call + 1)).half().cuda()
+        P = kernel(A, B, p)
+        want = (A.double() @ B.double())[rows, cols]
+        assert oracle.rel_error(P, want) < 1e-5, call
+    assert programmatic == [False, True, True] * 4  # per call: the transpose, then the tiles and the dot products
+
+
+@pytest.mark.parametrize("K", [64, 512])
+@pytest.mark.parametrize("split", ["dots", "tiles"])
+def test_sampled_gemm_kernels_wait_for_a_long_transpose(tmp_path, split, K):
+    """The kernel after B's transpose (the dot products, or tensor-core tiles that read Bt: more
+    than one wave of them) is launched while the transpose runs: with a B of 65536 columns, a
+    kernel that read Bt before the transpose had finished would read the call before's B (Bt's
+    buffer comes back from torch's allocator with it). At K = 512 the transpose takes several
+    waves (its last one writes Bt's last K chunk); at K = 64 one wave, which the tiles' first
+    copies meet (both caught their mutant on an H200: the dot products' at K = 512, the tiles' at 64)."""
+    from tkc import oracle
+    from tkc import sparse as sp
+
+    M, N = 256, 65536
+    kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="cuda", cache_dir=str(tmp_path))
+    kernel.dot_below = 10**9 if split == "dots" else 0
+    p = sp.uniform(M, N, 30000, seed=6)
+    g = torch.Generator().manual_seed(7)
+    A = torch.randn(M, K, generator=g).half().cuda()
+    rows, cols = p.rows.long().cuda(), p.cols.long().cuda()
+    for call in range(3):
+        B = (torch.randn(K, N, generator=g) * (call + 1)).half().cuda()
+        P = kernel(A, B, p)
+        want = (A.double() @ B.double())[rows, cols]
+        assert oracle.rel_error(P, want) < 1e-5, call

@@ -770,6 +770,16 @@ MUTANTS: list[Mutant] = [
       "row = rc & {mask}, col = rc >> {shift};",
       "CUDA: a tensor-core tile reads each entry's product at (column, row)", "gpu",
       tests=_GPU_WGMMA, select="wgmma or cuda and sddmm"),
+    M("cuda-sddmm-dots-no-wait", "codegen/cuda_sddmm.py",
+      'w("        if (it == 0) tk_pdl_wait();")', 'w("")',
+      "CUDA: the dot products, launched while the kernel before them runs, read Bt before B's transpose has "
+      "written it", "gpu", tests=("tests/gpu/test_gpu_programmatic.py",)),
+    M("cuda-sddmm-tiles-no-wait", "codegen/cuda_sddmm.py",
+      'w("        tk_pdl_wait();")\n    w("        if (n_dot > 0) tk_pdl_trigger();")',
+      'w("        if (n_dot > 0) tk_pdl_trigger();")',
+      "CUDA: the tensor-core tiles, launched while B's transpose runs, copy Bt's rows before it has written them "
+      "(on an H200 the race did not show in tests/gpu/test_gpu_programmatic.py; the kernels' structure test catches it)",
+      "cpu", tests=("tests/test_programmatic_launch.py",)),
     M("cuda-sddmm-tile-row-base-off", "codegen/cuda_sddmm.py",
       '"(ordered ? rbase[row] + q : tc_order[q])"', '"(ordered ? rbase[row] + q + (row == 5) : tc_order[q])"',
       "CUDA: a tensor-core tile writes row 5's entries one place on in P (tc_rbase's path)", "gpu",
