@@ -215,11 +215,10 @@ class CudaLaunch:
                                 "put the grid index that grows with the dynamic dim first (it maps to blockIdx.x)")
             if 0 in grid:  # an empty dynamic extent: nothing to compute
                 return
-        # (never a sampled gemm's kernels: self.pdl is false for them)
-        programmatic = bool(_programmatic.get() and self.pdl and _pdl_supported(index))
-        if self.dot_kernel is not None:
+        if self.dot_kernel is not None:  # a sampled gemm: its own launches (self.pdl is false for them)
             self._sampled(index, handle, stream, tensors, args, fill_bt)
             return
+        programmatic = bool(_programmatic.get() and self.pdl and _pdl_supported(index))
         # the last argument (codegen/cuda.py PDL_ARG): whether this launch is programmatic
         fn_args = args + [numpy.int32(programmatic)] if self.pdl else args
         # the kernel's module lives in its device's context: switch only when that is not the current one
@@ -390,16 +389,16 @@ def _launch_ex(function: int, grid, block, args, smem: int, stream: int, program
     its attributes is kept per (grid, block, shared memory, stream, attributes); the driver
     copies both at the launch."""
     state = _launch_state.__dict__
+    slots, configs = state.setdefault("slots", {}), state.setdefault("configs", {})
     n = len(args)
-    slots = state.get(n)
-    if slots is None:
+    held = slots.get(n)
+    if held is None:
         values = (ctypes.c_uint64 * max(n, 1))()
         base = ctypes.addressof(values)
-        slots = state[n] = (values, (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(max(n, 1))]))
-    values, params = slots
+        held = slots[n] = (values, (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(max(n, 1))]))
+    values, params = held
     values[:n] = [int(a) & 0xFFFFFFFFFFFFFFFF for a in args]  # (two's complement of a negative int32 in the low word)
     key = (*grid, *block, smem, stream, programmatic, cooperative)
-    configs = state.setdefault("configs", {})
     held = configs.get(key)
     if held is None:
         ids = ([_PROGRAMMATIC_STREAM_SERIALIZATION] if programmatic else []) + ([_COOPERATIVE] if cooperative else [])

@@ -75,15 +75,39 @@ def test_dependent_chain_in_a_graph_matches_torch(tmp_path, launches):
         assert torch.equal(out, _chain(torch.add, x, ds))
 
 
+def _sampled_case(name: str, K: int = 512):
+    """(M, N, K, pattern, dot_below) of a sampled-gemm case: "mix" (an R-MAT pattern at 1000 x
+    1100, K = 256, about half its tiles on tensor cores and half as dot products), or "dots" /
+    "tiles" (a uniform pattern over 65536 columns, whose transpose runs long, all on one path)."""
+    from tkc import sparse as sp
+
+    if name == "mix":
+        M, N, K = 1000, 1100, 256
+        p = sp.rmat(M, N, 90000, seed=4)
+        per_tile = torch.bincount(p.rows.long() // 128 * -(-N // 128) + p.cols.long() // 128)
+        return M, N, K, p, int(per_tile[per_tile > 0].median())
+    return 256, 65536, K, sp.uniform(256, 65536, 30000, seed=6), 10**9 if name == "dots" else 0
+
+
+def _sampled_kernel(tmp_path, dot_below):
+    kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="cuda", cache_dir=str(tmp_path))
+    kernel.dot_below = dot_below
+    return kernel
+
+
+def _matches(P, A, B, p) -> bool:
+    from tkc import oracle
+
+    want = (A.double() @ B.double())[p.rows.long().cuda(), p.cols.long().cuda()]
+    return oracle.rel_error(P, want) < 1e-5
+
+
 def test_sampled_gemm_calls_in_a_row_read_their_own_b(tmp_path, monkeypatch):
     """A sampled gemm's call runs B's transpose, the tensor-core tiles and the dot products, the
     last two launched programmatically (cuda_runtime.CudaLaunch._sampled): each starts while the
     kernel before it runs and waits before it reads Bt. Calls in a row on one pattern with a new B
     each (Bt's buffer comes back from torch's allocator holding the call before's transpose, so
     a kernel that read it early would see the old B) match float64 torch at every entry."""
-    from tkc import oracle
-    from tkc import sparse as sp
-
     programmatic = []
     real = cuda_runtime._launch_ex
 
@@ -92,20 +116,13 @@ def test_sampled_gemm_calls_in_a_row_read_their_own_b(tmp_path, monkeypatch):
         return real(function, grid, block, args, *a, **k)
 
     monkeypatch.setattr(cuda_runtime, "_launch_ex", spy)
-    M, N, K, BM, BN = 1000, 1100, 256, 128, 128
-    p = sp.rmat(M, N, 90000, seed=4)
-    per_tile = torch.bincount(p.rows.long() // BM * -(-N // BN) + p.cols.long() // BN)
-    dot_below = int(per_tile[per_tile > 0].median())  # about half the tiles on tensor cores, half as dot products
-    kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="cuda", cache_dir=str(tmp_path))
-    kernel.dot_below = dot_below
+    M, N, K, p, dot_below = _sampled_case("mix")
+    kernel = _sampled_kernel(tmp_path, dot_below)
     g = torch.Generator().manual_seed(5)
     A = torch.randn(M, K, generator=g).half().cuda()
-    rows, cols = p.rows.long().cuda(), p.cols.long().cuda()
     for call in range(4):
         B = (torch.randn(K, N, generator=g) * (call + 1)).half().cuda()
-        P = kernel(A, B, p)
-        want = (A.double() @ B.double())[rows, cols]
-        assert oracle.rel_error(P, want) < 1e-5, call
+        assert _matches(kernel(A, B, p), A, B, p), call
     assert programmatic == [False, True, True] * 4  # per call: the transpose, then the tiles and the dot products
 
 
@@ -118,21 +135,13 @@ def test_sampled_gemm_kernels_wait_for_a_long_transpose(tmp_path, split, K):
     buffer comes back from torch's allocator with it). At K = 512 the transpose takes several
     waves (its last one writes Bt's last K chunk); at K = 64 one wave, which the tiles' first
     copies meet (both caught their mutant on an H200: the dot products' at K = 512, the tiles' at 64)."""
-    from tkc import oracle
-    from tkc import sparse as sp
-
-    M, N = 256, 65536
-    kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="cuda", cache_dir=str(tmp_path))
-    kernel.dot_below = 10**9 if split == "dots" else 0
-    p = sp.uniform(M, N, 30000, seed=6)
+    M, N, K, p, dot_below = _sampled_case(split, K)
+    kernel = _sampled_kernel(tmp_path, dot_below)
     g = torch.Generator().manual_seed(7)
     A = torch.randn(M, K, generator=g).half().cuda()
-    rows, cols = p.rows.long().cuda(), p.cols.long().cuda()
     for call in range(3):
         B = (torch.randn(K, N, generator=g) * (call + 1)).half().cuda()
-        P = kernel(A, B, p)
-        want = (A.double() @ B.double())[rows, cols]
-        assert oracle.rel_error(P, want) < 1e-5, call
+        assert _matches(kernel(A, B, p), A, B, p), call
 
 
 @pytest.mark.parametrize("shape", ["mix", "long-transpose"])
@@ -141,20 +150,8 @@ def test_sampled_gemm_replayed_from_a_graph(tmp_path, shape):
     each replay, with a new B copied into the captured input, matches float64 torch ("mix": the
     transpose, tensor-core tiles and dot products; "long-transpose": a B of 65536 columns at
     K = 512 and dot products only)."""
-    from tkc import oracle
-    from tkc import sparse as sp
-
-    if shape == "mix":
-        M, N, K = 1000, 1100, 256
-        p = sp.rmat(M, N, 90000, seed=4)
-        per_tile = torch.bincount(p.rows.long() // 128 * -(-N // 128) + p.cols.long() // 128)
-        dot_below = int(per_tile[per_tile > 0].median())
-    else:
-        M, N, K = 256, 65536, 512
-        p = sp.uniform(M, N, 30000, seed=6)
-        dot_below = 10**9
-    kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="cuda", cache_dir=str(tmp_path))
-    kernel.dot_below = dot_below
+    M, N, K, p, dot_below = _sampled_case("mix" if shape == "mix" else "dots")
+    kernel = _sampled_kernel(tmp_path, dot_below)
     g = torch.Generator().manual_seed(8)
     A = torch.randn(M, K, generator=g).half().cuda()
     B = torch.randn(K, N, generator=g).half().cuda()
@@ -163,10 +160,8 @@ def test_sampled_gemm_replayed_from_a_graph(tmp_path, shape):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         P = kernel(A, B, p)
-    rows, cols = p.rows.long().cuda(), p.cols.long().cuda()
     for replay in range(3):
         B.copy_((torch.randn(K, N, generator=g) * (replay + 2)).half())
         graph.replay()
         torch.cuda.synchronize()
-        want = (A.double() @ B.double())[rows, cols]
-        assert oracle.rel_error(P, want) < 1e-5, replay
+        assert _matches(P, A, B, p), replay
