@@ -165,27 +165,42 @@ class _FakeTensor:
         return n
 
 
-@pytest.mark.parametrize("ex, pdl, context", [(False, False, False), (True, False, False), (True, True, False),
-                                               (True, True, True)])
+@pytest.mark.parametrize("ex, pdl, context, other_device", [
+    (False, False, False, False), (True, False, False, False), (True, True, False, False), (True, True, True, False),
+    (True, True, False, True)])
 @pytest.mark.parametrize("n_tc, n_dot, fill_bt", [(3, 5, True), (3, 0, False), (0, 5, False), (3, 0, True)])
 def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, n_tc, n_dot, fill_bt, ex, pdl,
-                                                                   context):
+                                                                   context, other_device):
     """The sampled gemm's launches from one call: B's transpose first (with `fill_bt`: the
     runtime asks for it when the dot products or sddmm.tk's wgmma tiles read Bt), the tensor-core
     tiles (when there are any), the dot products; every kernel takes the tensors' pointers then
     n_tc and n_dot, the transpose B and Bt only, and the grids follow the plan. They go through
     cuLaunchKernelEx where the driver has it (`ex`, else CuPy's launch); where the GPU takes
     programmatic launches (`pdl`), every kernel after the first is one, and the first too inside
-    tkc.programmatic_launch (`context`)."""
+    tkc.programmatic_launch (`context`). With the tensors on another device than the current one
+    (`other_device`) the kernels launch in that device's context. A second call with other
+    pointers launches with those, and a third on another stream launches on it: the launches kept
+    per thread refill their argument slots and are kept per stream."""
     path = os.path.join(ROOT, "examples", "sddmm.tk")
     source = cuda.emit(driver.optimize(driver.frontend(path, {}), "cuda"))
     launch = cuda_runtime.CudaLaunch(path, source)
-    launched = []
+    launched, contexts = [], []
+    programmatic_at = []  # the launches' indices that went through cuLaunchKernelEx with the attribute
 
     class Runtime:
         @staticmethod
         def getDevice():
-            return 0
+            return 1 if other_device else 0
+
+    class Device:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            contexts.append(self.index)
+
+        def __exit__(self, *exc):
+            contexts.append(None)
 
     class Function:  # what CudaLaunch.function(index, name).kernel is: CuPy's launchable function
         def __init__(self, name):
@@ -194,40 +209,55 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
         def __call__(self, grid, block, args, smem, stream):
             launched.append((self.name, grid, block, [int(a) for a in args], smem))
 
-    cuda_ns = type("cuda", (), {"runtime": Runtime, "ExternalStream": staticmethod(lambda handle, index: None)})
+    def driver_call(config_ref, function, params, extra):  # the driver's cuLaunchKernelEx
+        assert ex and extra is None
+        config = config_ref._obj
+        assert config.hStream == stream[0]
+        n = 2 if function == launch.transpose[0] else len(shapes) + 2
+        args = [ctypes.c_uint64.from_address(params[i]).value for i in range(n)]
+        attrs = [config.attrs[i].id for i in range(config.numAttrs)]
+        assert attrs in ([], [cuda_runtime._PROGRAMMATIC_STREAM_SERIALIZATION])
+        if attrs:
+            programmatic_at.append(len(launched))
+        launched.append((function, (config.gridDimX, config.gridDimY, config.gridDimZ),
+                         (config.blockDimX, config.blockDimY, config.blockDimZ), args, config.sharedMemBytes))
+        return 0
+
+    cuda_ns = type("cuda", (), {"runtime": Runtime, "Device": Device,
+                                "ExternalStream": staticmethod(lambda handle, index: None)})
     fake_cupy = type("cupy", (), {"cuda": cuda_ns})
-    fake_torch = type("torch", (), {"_C": type("C", (), {"_cuda_getCurrentRawStream": staticmethod(lambda i: 77)})})
+    stream = [77]  # torch's current stream
+    fake_torch = type("torch", (), {"_C": type("C", (), {"_cuda_getCurrentRawStream": staticmethod(lambda i: stream[0])})})
     monkeypatch.setattr(cuda_runtime, "_cupy_available", lambda: True)
     monkeypatch.setattr(cuda_runtime, "_modules", lambda: (fake_cupy, numpy, fake_torch))
     monkeypatch.setattr(launch, "function", lambda index, name=None: type("F", (), {"kernel": Function(name)}))
-    programmatic_at = []  # the launches' indices that went through cuLaunchKernelEx with the attribute
-
-    def launch_ex(function, grid, block, args, smem, stream, programmatic=False, cooperative=False):
-        assert stream == 77 and not cooperative
-        if programmatic:
-            programmatic_at.append(len(launched))
-        launched.append((function, grid, block, [int(a) for a in args], smem))
-
     monkeypatch.setattr(cuda_runtime, "_pdl_supported", lambda index: pdl)
-    monkeypatch.setattr(cuda_runtime, "_launch_ex", launch_ex)
+    monkeypatch.setattr(cuda_runtime, "_cu_launch_kernel_ex", lambda: driver_call)
     monkeypatch.setattr(cuda_runtime, "_launch_ex_supported", lambda: ex)
     K, N = 256, 1000
     # A, B, rows, cols, P, Bt, then the plan's cuda_tensors: tc_ptr, tc_m, tc_n, tc_order, dot_order,
     # tc_pos, tc_rbase
     shapes = [(64, K), (K, N), (9,), (9,), (9,), (N, K), (n_tc + 1,), (n_tc,), (n_tc,), (9,), (n_dot,), (16,),
               (128 * n_tc,)]
-    tensors = [_FakeTensor(4096 * (i + 1), s) for i, s in enumerate(shapes)]
-    with tkc.programmatic_launch() if context else contextlib.nullcontext():
-        launch(*tensors, fill_bt=fill_bt)
-    ptrs = [t.ptr for t in tensors]
-    want = []
     assert launch.tc_reads_bt  # sddmm.tk's tiles are wgmma tiles over Bt
-    if fill_bt:
-        name, tile, threads = launch.transpose
-        want.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), [ptrs[1], ptrs[5]], 0))
-    if n_tc:
-        want.append((launch.tc_kernel, (n_tc, 1, 1), launch.block, ptrs + [n_tc, n_dot], launch.smem))
-    if n_dot:
-        want.append((launch.dot_kernel, (-(-n_dot // launch.dot_per_block), 1, 1), launch.block, ptrs + [n_tc, n_dot], 0))
-    assert launched == want
-    assert programmatic_at == (list(range(0 if context else 1, len(want))) if pdl else [])
+    for call in range(3):  # the later calls' A, B, P and Bt elsewhere; the third on another stream
+        stream[0] = 78 if call == 2 else 77
+        tensors = [_FakeTensor(4096 * (i + 1) + (1 << 20) * call * (i in (0, 1, 4, 5)), s) for i, s in enumerate(shapes)]
+        launched.clear()
+        programmatic_at.clear()
+        contexts.clear()
+        with tkc.programmatic_launch() if context else contextlib.nullcontext():
+            launch(*tensors, fill_bt=fill_bt)
+        ptrs = [t.ptr for t in tensors]
+        want = []
+        if fill_bt:
+            name, tile, threads = launch.transpose
+            want.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), [ptrs[1], ptrs[5]], 0))
+        if n_tc:
+            want.append((launch.tc_kernel, (n_tc, 1, 1), launch.block, ptrs + [n_tc, n_dot], launch.smem))
+        if n_dot:
+            want.append((launch.dot_kernel, (-(-n_dot // launch.dot_per_block), 1, 1), launch.block,
+                         ptrs + [n_tc, n_dot], 0))
+        assert launched == want
+        assert programmatic_at == (list(range(0 if context else 1, len(want))) if pdl else [])
+        assert contexts == ([0, None] if other_device or not ex else [])

@@ -137,6 +137,7 @@ class CudaLaunch:
         # `sync grid` (codegen: cg::this_grid().sync()): launched with the cooperative attribute
         self.cooperative = bool(config.get("cooperative"))
         self._resident: dict[int, tuple[int, int]] = {}  # device index -> (blocks resident per SM, SMs)
+        self._sampled_state = threading.local()  # per thread: a sampled gemm's launches (_sampled)
 
     def function(self, index: int, name: str | None = None):
         """The kernel `name` (default: the launch's kernel) loaded on device `index`."""
@@ -176,6 +177,9 @@ class CudaLaunch:
             raise error(self.loc or Loc(self.source_path, 0, 0),
                         "target `cuda` launches kernels through CuPy, which is not installed",
                         "install tkc's GPU extra: `pip install -e \".[gpu]\"` (cupy-cuda13x), or use `--target tilelang`")
+        if self.dot_kernel is not None:  # a sampled gemm: its own launches (self.pdl is false for them)
+            self._sampled(tensors, fill_bt)
+            return
         cupy, numpy, torch = _modules()
         index = tensors[0].get_device()
         if index < 0:  # a CPU tensor (the loop below reports it)
@@ -215,9 +219,6 @@ class CudaLaunch:
                                 "put the grid index that grows with the dynamic dim first (it maps to blockIdx.x)")
             if 0 in grid:  # an empty dynamic extent: nothing to compute
                 return
-        if self.dot_kernel is not None:  # a sampled gemm: its own launches (self.pdl is false for them)
-            self._sampled(index, handle, stream, tensors, args, fill_bt)
-            return
         programmatic = bool(_programmatic.get() and self.pdl and _pdl_supported(index))
         # the last argument (codegen/cuda.py PDL_ARG): whether this launch is programmatic
         fn_args = args + [numpy.int32(programmatic)] if self.pdl else args
@@ -233,34 +234,112 @@ class CudaLaunch:
             else:
                 self.function(index).kernel(grid, self.block, tuple(fn_args), self.smem, stream)
 
-    def _sampled(self, index: int, handle: int, stream, tensors, args: list, fill_bt: bool) -> None:
+    def _sampled(self, tensors, fill_bt: bool) -> None:
         """A sampled gemm's launches (codegen/cuda_sddmm.py): B's transpose when `fill_bt`, the
         tensor-core tiles when the plan has any, the dot products when it has any. Each kernel
         after the first is launched programmatically where the GPU takes it (sm_90): it starts
         launching while the one before it runs, reads the plan's indices, and waits
         (tk_pdl_wait) before it reads Bt or writes P; the first kernel is programmatic only
-        inside tkc.programmatic_launch."""
-        cupy, numpy, _ = _modules()
+        inside tkc.programmatic_launch.
+
+        `tensors`: A, B, the pattern's rows and cols, P, Bt, then the plan's `cuda_tensors`. A
+        call at a small shape takes less time on the GPU than on the host, so the host path is
+        short: the launches of one (device, stream, plan size, B shape, `fill_bt`, context) are
+        kept per thread with their functions, configs and argument slots, the slots are filled
+        once per call (the transpose's two apart), and each launch is one cuLaunchKernelEx
+        (benchmarks/probes/sddmm_overhead.py). Without cuLaunchKernelEx, or with the tensors on
+        another device than the current one, the kernels launch through CuPy / in that
+        device's context."""
+        cupy, numpy, torch = _modules()
+        index = tensors[0].get_device()
+        if index < 0:
+            raise ValueError(f"target `cuda` needs CUDA tensors, got one on {tensors[0].device}")
+        ptrs, keep = [], []
+        for t in tensors:
+            if not t.is_cuda:
+                raise ValueError(f"target `cuda` needs CUDA tensors, got one on {t.device}")
+            ptr = t.data_ptr()
+            if ptr % 16:  # vectorized accesses need 16-byte alignment: copy a sliced input view
+                t = t.clone()
+                keep.append(t)
+                ptr = t.data_ptr()
+            ptrs.append(ptr)
         n_tc, n_dot = tensors[-6].numel(), tensors[-3].numel()  # tc_m, dot_order
-        args = args + [numpy.int32(n_tc), numpy.int32(n_dot)]
-        launches = []
+        handle = _raw_stream(torch, index)
+        first_programmatic = _programmatic.get()
+        state = self._sampled_state.__dict__
+        key = (index, handle, n_tc, n_dot, fill_bt, tuple(tensors[1].shape), first_programmatic)
+        held = state.get(key)
+        if held is None:
+            held = self._sampled_launches(index, handle, len(ptrs) + 2, n_tc, n_dot, fill_bt, tuple(tensors[1].shape),
+                                          first_programmatic)
+            if len(state) >= _CONFIGS_KEPT:
+                state.clear()
+            state[key] = held
+        launches, values, pair = held
+        if index != cupy.cuda.runtime.getDevice() or launches is None:  # another device's context, or no cuLaunchKernelEx
+            self._sampled_cupy(index, handle, ptrs, n_tc, n_dot, fill_bt, tuple(tensors[1].shape), first_programmatic)
+            return
+        values[:] = ptrs + [n_tc, n_dot]  # (the driver copies the arguments at each launch)
+        pair[0], pair[1] = ptrs[1], ptrs[5]  # the transpose's B and Bt
+        call = _cu_launch_kernel_ex()
+        for config, function, params, _ in launches:
+            status = call(config, function, params, None)
+            if status:
+                raise BackendError(f"cuLaunchKernelEx failed with CUDA driver error {status}")
+
+    def _sampled_plan(self, n_tc: int, n_dot: int, fill_bt: bool, shape_b) -> list:
+        """A sampled gemm call's kernels in launch order: (name, grid, block, shared memory bytes,
+        whether it takes the transpose's two arguments)."""
+        kernels = []
         if fill_bt:  # B [K, N] -> Bt [N, K], before the kernels that read it
-            (K, N), (name, tile, threads) = tensors[1].shape, self.transpose
-            launches.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), (args[1], args[5]), 0))
+            (K, N), (name, tile, threads) = shape_b, self.transpose
+            kernels.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), 0, True))
         if self.tc_kernel and n_tc:
-            launches.append((self.tc_kernel, (n_tc, 1, 1), self.block, args, self.smem))
+            kernels.append((self.tc_kernel, (n_tc, 1, 1), self.block, self.smem, False))
         if n_dot:
-            launches.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, args, 0))
+            kernels.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, 0, False))
+        return kernels
+
+    def _sampled_launches(self, index: int, handle: int, n_args: int, n_tc: int, n_dot: int, fill_bt: bool, shape_b,
+                          first_programmatic: bool):
+        """(launches, argument slots, the transpose's slots) for _sampled: each launch a
+        (config reference, CUfunction, parameter array, the config's attributes) for
+        cuLaunchKernelEx, programmatic after
+        the first where the GPU takes it (the first too with `first_programmatic`); launches is
+        None without cuLaunchKernelEx."""
+        if not _launch_ex_supported():
+            return None, None, None
+        pdl = _pdl_supported(index)
+        values, pair = (ctypes.c_uint64 * n_args)(), (ctypes.c_uint64 * 2)()
+        params, pair_params = _params(values), _params(pair)
+        launches = []
+        for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(n_tc, n_dot, fill_bt, shape_b)):
+            config, attrs = _launch_config(grid, block, smem, handle, pdl and (i > 0 or first_programmatic), False)
+            launches.append((ctypes.byref(config), self.function(index, name).kernel.ptr, pair_params if two else params,
+                             attrs))  # (the config points at its attributes: kept alive with it)
+        return launches, values, pair
+
+    def _sampled_cupy(self, index: int, handle: int, ptrs: list, n_tc: int, n_dot: int, fill_bt: bool, shape_b,
+                      first_programmatic: bool) -> None:
+        """_sampled's launches through CuPy (a driver without cuLaunchKernelEx), or through
+        _launch_ex in device `index`'s context (the tensors on another device than the current)."""
+        cupy, numpy, _ = _modules()
+        args = [numpy.uint64(p) for p in ptrs] + [numpy.int32(n_tc), numpy.int32(n_dot)]
+        stream = self._streams.get((index, handle))
+        if stream is None:
+            with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for Stream.from_external
+                warnings.simplefilter("ignore", DeprecationWarning)
+                stream = self._streams[(index, handle)] = cupy.cuda.ExternalStream(handle, index)
         pdl, ex = _pdl_supported(index), _launch_ex_supported()
-        same = index == cupy.cuda.runtime.getDevice()
-        with contextlib.nullcontext() if same else cupy.cuda.Device(index):
-            for i, (name, grid, block, fn_args, smem) in enumerate(launches):
-                if ex:  # (less host time than CuPy's launch for the kernels' 19 arguments)
+        with cupy.cuda.Device(index):
+            for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(n_tc, n_dot, fill_bt, shape_b)):
+                fn_args = (args[1], args[5]) if two else args
+                if ex:
                     _launch_ex(self.function(index, name).kernel.ptr, grid, block, fn_args, smem, handle,
-                               programmatic=pdl and (i > 0 or _programmatic.get()))
+                               programmatic=pdl and (i > 0 or first_programmatic))
                 else:
                     self.function(index, name).kernel(grid, block, tuple(fn_args), smem, stream)
-
 
     def check_resident(self, index: int, function: int, grid) -> None:
         """A cooperative launch (`sync grid`) needs every block of the grid resident at once:
@@ -380,8 +459,8 @@ def _launch_ex(function: int, grid, block, args, smem: int, stream: int, program
                cooperative: bool = False) -> None:
     """Launch CUfunction `function` through cuLaunchKernelEx, with the programmatic-stream-
     serialization attribute (`programmatic`) and/or the cooperative one (`cooperative`: every
-    block resident at once, for cg::this_grid().sync()), or none; `args` are numpy uint64
-    (pointers) and int32 scalars, in order. Raises BackendError on a driver error.
+    block resident at once, for cg::this_grid().sync()), or none; `args` are pointers and int32
+    scalars (Python or numpy integers), in order. Raises BackendError on a driver error.
 
     The host time of a launch counts where kernels are short (a sampled gemm's call launches up
     to three): the arguments go into 8-byte slots that the thread keeps per argument count (an
@@ -389,15 +468,31 @@ def _launch_ex(function: int, grid, block, args, smem: int, stream: int, program
     its attributes is kept per (grid, block, shared memory, stream, attributes); the driver
     copies both at the launch."""
     state = _launch_state.__dict__
-    slots, configs = state.setdefault("slots", {}), state.setdefault("configs", {})
+    slots = state.setdefault("slots", {})
     n = len(args)
     held = slots.get(n)
     if held is None:
         values = (ctypes.c_uint64 * max(n, 1))()
-        base = ctypes.addressof(values)
-        held = slots[n] = (values, (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(max(n, 1))]))
+        held = slots[n] = (values, _params(values))
     values, params = held
-    values[:n] = [int(a) & 0xFFFFFFFFFFFFFFFF for a in args]  # (two's complement of a negative int32 in the low word)
+    values[:n] = args  # (ctypes wraps a negative int32 to its two's complement: its low word is the int32)
+    config, _ = _launch_config(grid, block, smem, stream, programmatic, cooperative)
+    status = _cu_launch_kernel_ex()(ctypes.byref(config), function, params, None)
+    if status:
+        raise BackendError(f"cuLaunchKernelEx failed with CUDA driver error {status}")
+
+
+def _params(values) -> ctypes.Array:
+    """cuLaunchKernelEx's kernelParams for the 8-byte argument slots `values`: a pointer to each."""
+    base = ctypes.addressof(values)
+    n = max(len(values), 1)
+    return (ctypes.c_void_p * n)(*[base + 8 * i for i in range(len(values))])
+
+
+def _launch_config(grid, block, smem: int, stream: int, programmatic: bool, cooperative: bool):
+    """(CUlaunchConfig, its attribute array) for cuLaunchKernelEx, kept per thread and per (grid,
+    block, shared memory, stream, attributes); a cache of _CONFIGS_KEPT starts over when full."""
+    configs = _launch_state.__dict__.setdefault("configs", {})
     key = (*grid, *block, smem, stream, programmatic, cooperative)
     held = configs.get(key)
     if held is None:
@@ -409,9 +504,7 @@ def _launch_ex(function: int, grid, block, args, smem: int, stream: int, program
         if len(configs) >= _CONFIGS_KEPT:
             configs.clear()
         held = configs[key] = (_LaunchConfig(*grid, *block, smem, stream, attrs, len(ids)), attrs)
-    status = _cu_launch_kernel_ex()(ctypes.byref(held[0]), function, params, None)
-    if status:
-        raise BackendError(f"cuLaunchKernelEx failed with CUDA driver error {status}")
+    return held
 
 
 @functools.lru_cache(maxsize=1)

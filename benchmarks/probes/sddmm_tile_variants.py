@@ -14,6 +14,10 @@ timed with triton.testing.do_bench (median, us):
   registers; `-st2`: two stages, 4 blocks per SM), `64x64-st2`, `128x256` (256 threads) and
   `256x128` (512 threads). (A cap for 3 blocks of the 128 x 128 tile does not compile: ptxas
   needs 90 registers for the wgmma accumulators.)
+- modifiers, `<variant>+<modifier>...`: `bare` (timing only: no products or entries, the floor
+  of the variant's occupancy with no epilogue), `early` (the first chunk of places copied with the
+  first K chunks instead of after the K loop), `noidx` (timing only: the tile's place from blockIdx,
+  without reading tc_m and tc_n), `empty` (timing only: every block returns at once).
 
     source .device/env.sh && python3 benchmarks/probes/sddmm_tile_variants.py [--launch-only] [--k32 | --all] [VARIANT ...]
 
@@ -21,7 +25,7 @@ timed with triton.testing.do_bench (median, us):
 `ncu --kernel-name regex:'^sddmm$' --launch-skip 1 --launch-count 1 ... python3 <this> --launch-only base`).
 
 Shapes: 10000^2 with 5M uniform entries and 8000^2 with 1.92M (K = 256), 10000^2 5M at K = 512;
-with `--k32` only 10000^2 5M at K = 32, with `--all` that and the others; with `--small` 1504^2
+with `--k32` only 10000^2 5M at K = 32 (uniform and R-MAT), with `--all` that and the others; with `--small` 1504^2
 with 746k entries (K = 256, one wave of 144 tiles), uniform and R-MAT.
 """
 
@@ -77,6 +81,34 @@ VARIANTS = {
                          "cs[(r + 8) * CPITCH + c] = acc[i][j][2]; cs[(r + 8) * CPITCH + c + 1] = acc[i][j][3];")],
                     True, T),
 }
+# modifiers, `<variant>+<modifier>...`: name -> (edits, still checked)
+PROLOGUE = "        for (int kt = 0; kt < STAGES - 1; ++kt) if (kt < KT) load(kt); else tk_cp_async_commit();"
+MODIFIERS = {
+    # neither products nor entries (timing only: the floor of the variant's occupancy with no epilogue)
+    "bare": (VARIANTS["no-products"][1], False),
+    # the first chunk of places copied right after the first K chunks, not after the K loop (one
+    # memory round trip fewer in a K = 32 tile's chain; the K loop's waits then also wait for it)
+    "early": ([(cuda_sddmm.PRE_LOAD + "\n", ""), (PROLOGUE, PROLOGUE + "\n" + cuda_sddmm.PRE_LOAD)], True),
+    # every block returns at once (timing only: the grid's launch and block turnover)
+    "empty": ([("    const int blk = blockIdx.x;\n    {  // ---- a tensor-core tile ----",
+                "    const int blk = blockIdx.x;\n    if (blk >= 0) return;\n    {  // ---- a tensor-core tile ----")], False),
+    # the tile's place from blockIdx alone, as if every tile of the grid were present (timing only: the
+    # cost of the round trip for tc_m and tc_n before the first copy)
+    "noidx": ([("const int m0 = tc_m[blk] * BM, n0 = tc_n[blk] * BN;",
+                "const int m0 = (blk / ((N + BN - 1) / BN)) * BM, n0 = (blk % ((N + BN - 1) / BN)) * BN;")], False),
+}
+
+
+def variant(name: str):
+    """VARIANTS[name], or a variant with modifiers: (stages, edits, checked, tiling)."""
+    head, *mods = name.split("+")
+    stages, edits, checked, tiling = VARIANTS[head]
+    for m in mods:
+        more, ok = MODIFIERS[m]
+        edits, checked = edits + more, checked and ok
+    return stages, edits, checked, tiling
+
+
 # passes/smem_sddmm.py settings per variant
 SETTINGS = {"products-f1": {"PRODUCT_PAD": 4}}
 
@@ -100,7 +132,7 @@ def source(module, stages: int, edits, settings=None) -> str:
 
 def main() -> int:
     launch_only = "--launch-only" in sys.argv
-    k32 = [(10000, 10000, 32, 5_000_000)]
+    k32 = [(10000, 10000, 32, 5_000_000), (10000, 10000, 32, -5_000_000)]
     shapes = (k32 if "--k32" in sys.argv else SMALL if "--small" in sys.argv else k32 + SHAPES if "--all" in sys.argv
               else SHAPES)
     names = [a for a in sys.argv[1:] if a not in ("--launch-only", "--k32", "--all", "--small")] or list(VARIANTS)
@@ -120,11 +152,11 @@ def main() -> int:
         bt = B.t().contiguous()
         base = None
         for name in names:
-            stages, edits, checked, (bm, bn, threads) = VARIANTS[name]
+            stages, edits, checked, (bm, bn, threads) = variant(name)
             kernel = tkc.compile(os.path.join(ROOT, "examples/sddmm.tk"), target="cuda", BM=bm, BN=bn, threads=threads)
             artifact, _ = kernel.specialize(kernel.bind_dims([A, B, p]))
             plan = sp.dispatch_plan(p, bm, bn, 0)
-            text = source(artifact.module, stages, edits, SETTINGS.get(name))
+            text = source(artifact.module, stages, edits, SETTINGS.get(name.split("+")[0]))
             path = os.path.join(tmp, f"{name}-{M}-{K}.cu")
             with open(path, "w") as f:
                 f.write(text)

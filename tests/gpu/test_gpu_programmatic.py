@@ -109,13 +109,15 @@ def test_sampled_gemm_calls_in_a_row_read_their_own_b(tmp_path, monkeypatch):
     each (Bt's buffer comes back from torch's allocator holding the call before's transpose, so
     a kernel that read it early would see the old B) match float64 torch at every entry."""
     programmatic = []
-    real = cuda_runtime._launch_ex
+    real = cuda_runtime._cu_launch_kernel_ex()
 
-    def spy(function, grid, block, args, *a, **k):
-        programmatic.append(bool(k.get("programmatic")))
-        return real(function, grid, block, args, *a, **k)
+    def spy(config_ref, function, params, extra):  # the driver's cuLaunchKernelEx: which launches are programmatic
+        config = config_ref._obj
+        programmatic.append(any(config.attrs[i].id == cuda_runtime._PROGRAMMATIC_STREAM_SERIALIZATION
+                                for i in range(config.numAttrs)))
+        return real(config_ref, function, params, extra)
 
-    monkeypatch.setattr(cuda_runtime, "_launch_ex", spy)
+    monkeypatch.setattr(cuda_runtime, "_cu_launch_kernel_ex", lambda: spy)
     M, N, K, p, dot_below = _sampled_case("mix")
     kernel = _sampled_kernel(tmp_path, dot_below)
     g = torch.Generator().manual_seed(5)
