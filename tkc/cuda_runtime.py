@@ -250,7 +250,7 @@ class CudaLaunch:
         (benchmarks/probes/sddmm_overhead.py). Without cuLaunchKernelEx, or with the tensors on
         another device than the current one, the kernels launch through CuPy / in that
         device's context."""
-        cupy, numpy, torch = _modules()
+        cupy, _, torch = _modules()
         index = tensors[0].get_device()
         if index < 0:
             raise ValueError(f"target `cuda` needs CUDA tensors, got one on {tensors[0].device}")
@@ -267,18 +267,18 @@ class CudaLaunch:
         n_tc, n_dot = tensors[-6].numel(), tensors[-3].numel()  # tc_m, dot_order
         handle = _raw_stream(torch, index)
         first_programmatic = _programmatic.get()
+        shape_b = tuple(tensors[1].shape)
         state = self._sampled_state.__dict__
-        key = (index, handle, n_tc, n_dot, fill_bt, tuple(tensors[1].shape), first_programmatic)
+        key = (index, handle, n_tc, n_dot, fill_bt, shape_b, first_programmatic)
         held = state.get(key)
         if held is None:
-            held = self._sampled_launches(index, handle, len(ptrs) + 2, n_tc, n_dot, fill_bt, tuple(tensors[1].shape),
-                                          first_programmatic)
+            held = self._sampled_launches(index, handle, len(ptrs) + 2, n_tc, n_dot, fill_bt, shape_b, first_programmatic)
             if len(state) >= _CONFIGS_KEPT:
                 state.clear()
             state[key] = held
         launches, values, pair = held
         if index != cupy.cuda.runtime.getDevice() or launches is None:  # another device's context, or no cuLaunchKernelEx
-            self._sampled_cupy(index, handle, ptrs, n_tc, n_dot, fill_bt, tuple(tensors[1].shape), first_programmatic)
+            self._sampled_cupy(index, handle, ptrs, n_tc, n_dot, fill_bt, shape_b, first_programmatic)
             return
         values[:] = ptrs + [n_tc, n_dot]  # (the driver copies the arguments at each launch)
         pair[0], pair[1] = ptrs[1], ptrs[5]  # the transpose's B and Bt
