@@ -261,3 +261,48 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
         assert launched == want
         assert programmatic_at == (list(range(0 if context else 1, len(want))) if pdl else [])
         assert contexts == ([0, None] if other_device or not ex else [])
+
+
+def test_sampled_gemm_calls_on_two_threads_keep_their_own_arguments(monkeypatch):
+    """Two threads calling one sampled-gemm kernel: each keeps its own launches and argument
+    slots (CudaLaunch._sampled), so a call on another thread between this call's launches (here:
+    run from inside this call's first driver call) does not change the pointers of its later
+    launches."""
+    import threading
+
+    path = os.path.join(ROOT, "examples", "sddmm.tk")
+    launch = cuda_runtime.CudaLaunch(path, cuda.emit(driver.optimize(driver.frontend(path, {}), "cuda")))
+    K, N, n_tc, n_dot = 256, 1000, 3, 5
+    shapes = [(64, K), (K, N), (9,), (9,), (9,), (N, K), (n_tc + 1,), (n_tc,), (n_tc,), (9,), (n_dot,), (16,),
+              (128 * n_tc,)]
+    seen = {}  # thread name -> the pointer arguments of its launches
+
+    def driver_call(config_ref, function, params, extra):
+        n = 2 if function == launch.transpose[0] else len(shapes) + 2
+        seen.setdefault(threading.current_thread().name, []).append(
+            [ctypes.c_uint64.from_address(params[i]).value for i in range(n)])
+        if threading.current_thread().name == "first" and len(seen["first"]) == 1:
+            other = threading.Thread(target=call, args=(1,), name="second")  # between the first call's launches
+            other.start()
+            other.join()
+        return 0
+
+    def call(which):
+        tensors = [_FakeTensor(4096 * (i + 1) + (1 << 20) * which, s) for i, s in enumerate(shapes)]
+        launch(*tensors, fill_bt=True)
+
+    Runtime = type("Runtime", (), {"getDevice": staticmethod(lambda: 0)})
+    fake_cupy = type("cupy", (), {"cuda": type("cuda", (), {"runtime": Runtime})})
+    fake_torch = type("torch", (), {"_C": type("C", (), {"_cuda_getCurrentRawStream": staticmethod(lambda i: 77)})})
+    monkeypatch.setattr(cuda_runtime, "_cupy_available", lambda: True)
+    monkeypatch.setattr(cuda_runtime, "_modules", lambda: (fake_cupy, numpy, fake_torch))
+    monkeypatch.setattr(launch, "function", lambda index, name=None: type("F", (), {"kernel": type("K", (), {"ptr": name})}))
+    monkeypatch.setattr(cuda_runtime, "_pdl_supported", lambda index: True)
+    monkeypatch.setattr(cuda_runtime, "_launch_ex_supported", lambda: True)
+    monkeypatch.setattr(cuda_runtime, "_cu_launch_kernel_ex", lambda: driver_call)
+    first = threading.Thread(target=call, args=(0,), name="first")
+    first.start()
+    first.join()
+    for name, which in (("first", 0), ("second", 1)):
+        ptrs = [4096 * (i + 1) + (1 << 20) * which for i in range(len(shapes))]
+        assert seen[name] == [[ptrs[1], ptrs[5]], ptrs + [n_tc, n_dot], ptrs + [n_tc, n_dot]], name

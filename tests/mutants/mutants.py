@@ -749,6 +749,11 @@ MUTANTS: list[Mutant] = [
       "pair[0], pair[1] = ptrs[1], ptrs[5]", "pair[0], pair[1] = (pair[0] or ptrs[1]), (pair[1] or ptrs[5])",
       "CUDA: B's transpose writes the first call's Bt on every later call", "cpu",
       tests=("tests/test_programmatic_launch.py",)),
+    M("cuda-sampled-launches-shared-by-threads", "tkc/cuda_runtime.py",
+      "self._sampled_state = threading.local()", "self._sampled_state = type(\"Shared\", (), {})()",
+      "CUDA: threads calling one sampled-gemm kernel share its argument slots: a call on another thread "
+      "between this call's launches changes their pointers", "cpu",
+      tests=("tests/test_programmatic_launch.py",)),
     M("cuda-sampled-launches-not-per-stream", "tkc/cuda_runtime.py",
       "key = (index, handle, n_tc,", "key = (index, n_tc,",
       "CUDA: a sampled gemm launches on the stream of its first call, not torch's current one", "cpu",
