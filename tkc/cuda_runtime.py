@@ -190,20 +190,9 @@ class CudaLaunch:
             if type(t) is int:  # a runtime scalar (`pos: i32`), after the tensors
                 args.append(numpy.int32(t))
                 continue
-            if not t.is_cuda:
-                raise ValueError(f"target `cuda` needs CUDA tensors, got one on {t.device}")
-            ptr = t.data_ptr()
-            if ptr % 16:  # vectorized accesses need 16-byte alignment: copy a sliced input view
-                t = t.clone()  # (outputs are allocated fresh by tkc.runtime.Kernel, always aligned)
-                keep.append(t)
-                ptr = t.data_ptr()
-            args.append(uint64(ptr))
+            args.append(uint64(_pointer(t, keep)))
         handle = _raw_stream(torch, index)
-        stream = self._streams.get((index, handle))
-        if stream is None:
-            with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for Stream.from_external
-                warnings.simplefilter("ignore", DeprecationWarning)
-                stream = self._streams[(index, handle)] = cupy.cuda.ExternalStream(handle, index)
+        stream = self._stream(cupy, index, handle)
         grid = self.grid
         if self.dynamic:
             values = {n: int(tensors[i].shape[k]) for n, i, k in self.dynamic}
@@ -251,19 +240,9 @@ class CudaLaunch:
         another device than the current one, the kernels launch through CuPy / in that
         device's context."""
         cupy, _, torch = _modules()
+        keep = []
+        ptrs = [_pointer(t, keep) for t in tensors]
         index = tensors[0].get_device()
-        if index < 0:
-            raise ValueError(f"target `cuda` needs CUDA tensors, got one on {tensors[0].device}")
-        ptrs, keep = [], []
-        for t in tensors:
-            if not t.is_cuda:
-                raise ValueError(f"target `cuda` needs CUDA tensors, got one on {t.device}")
-            ptr = t.data_ptr()
-            if ptr % 16:  # vectorized accesses need 16-byte alignment: copy a sliced input view
-                t = t.clone()
-                keep.append(t)
-                ptr = t.data_ptr()
-            ptrs.append(ptr)
         n_tc, n_dot = tensors[-6].numel(), tensors[-3].numel()  # tc_m, dot_order
         handle = _raw_stream(torch, index)
         first_programmatic = _programmatic.get()
@@ -326,11 +305,7 @@ class CudaLaunch:
         _launch_ex in device `index`'s context (the tensors on another device than the current)."""
         cupy, numpy, _ = _modules()
         args = [numpy.uint64(p) for p in ptrs] + [numpy.int32(n_tc), numpy.int32(n_dot)]
-        stream = self._streams.get((index, handle))
-        if stream is None:
-            with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for Stream.from_external
-                warnings.simplefilter("ignore", DeprecationWarning)
-                stream = self._streams[(index, handle)] = cupy.cuda.ExternalStream(handle, index)
+        stream = self._stream(cupy, index, handle)
         pdl, ex = _pdl_supported(index), _launch_ex_supported()
         with cupy.cuda.Device(index):
             for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(n_tc, n_dot, fill_bt, shape_b)):
@@ -340,6 +315,15 @@ class CudaLaunch:
                                programmatic=pdl and (i > 0 or first_programmatic))
                 else:
                     self.function(index, name).kernel(grid, block, tuple(fn_args), smem, stream)
+
+    def _stream(self, cupy, index: int, handle: int):
+        """CuPy's view of torch's stream `handle` on device `index`, kept per (device, handle)."""
+        stream = self._streams.get((index, handle))
+        if stream is None:
+            with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for Stream.from_external
+                warnings.simplefilter("ignore", DeprecationWarning)
+                stream = self._streams[(index, handle)] = cupy.cuda.ExternalStream(handle, index)
+        return stream
 
     def check_resident(self, index: int, function: int, grid) -> None:
         """A cooperative launch (`sync grid`) needs every block of the grid resident at once:
@@ -485,8 +469,22 @@ def _launch_ex(function: int, grid, block, args, smem: int, stream: int, program
 def _params(values) -> ctypes.Array:
     """cuLaunchKernelEx's kernelParams for the 8-byte argument slots `values`: a pointer to each."""
     base = ctypes.addressof(values)
-    n = max(len(values), 1)
-    return (ctypes.c_void_p * n)(*[base + 8 * i for i in range(len(values))])
+    return (ctypes.c_void_p * len(values))(*[base + 8 * i for i in range(len(values))])
+
+
+def _pointer(t, keep: list) -> int:
+    """The device address of CUDA tensor `t` for a kernel argument; a sliced view that is not
+    16-byte aligned (the kernels' vector accesses need it) is copied first, the copy appended to
+    `keep` so it lives until the launch is queued (tensors tkc.runtime.Kernel allocates are always
+    aligned). Raises ValueError for a tensor that is not on a CUDA device."""
+    if not t.is_cuda:
+        raise ValueError(f"target `cuda` needs CUDA tensors, got one on {t.device}")
+    ptr = t.data_ptr()
+    if ptr % 16:
+        t = t.clone()
+        keep.append(t)
+        ptr = t.data_ptr()
+    return ptr
 
 
 def _launch_config(grid, block, smem: int, stream: int, programmatic: bool, cooperative: bool):

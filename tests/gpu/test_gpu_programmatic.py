@@ -102,6 +102,18 @@ def _matches(P, A, B, p) -> bool:
     return oracle.rel_error(P, want) < 1e-5
 
 
+def _calls_with_new_b(case: str, tmp_path, seed: int, calls: int, K: int = 512) -> None:
+    """`calls` calls in a row of the sampled-gemm kernel on `_sampled_case(case, K)`'s pattern, a new
+    B each (scaled by the call's number), each matching float64 torch at every entry."""
+    M, N, K, p, dot_below = _sampled_case(case, K)
+    kernel = _sampled_kernel(tmp_path, dot_below)
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(M, K, generator=g).half().cuda()
+    for call in range(calls):
+        B = (torch.randn(K, N, generator=g) * (call + 1)).half().cuda()
+        assert _matches(kernel(A, B, p), A, B, p), call
+
+
 def test_sampled_gemm_calls_in_a_row_read_their_own_b(tmp_path, monkeypatch):
     """A sampled gemm's call runs B's transpose, the tensor-core tiles and the dot products, the
     last two launched programmatically (cuda_runtime.CudaLaunch._sampled): each starts while the
@@ -118,13 +130,7 @@ def test_sampled_gemm_calls_in_a_row_read_their_own_b(tmp_path, monkeypatch):
         return real(config_ref, function, params, extra)
 
     monkeypatch.setattr(cuda_runtime, "_cu_launch_kernel_ex", lambda: spy)
-    M, N, K, p, dot_below = _sampled_case("mix")
-    kernel = _sampled_kernel(tmp_path, dot_below)
-    g = torch.Generator().manual_seed(5)
-    A = torch.randn(M, K, generator=g).half().cuda()
-    for call in range(4):
-        B = (torch.randn(K, N, generator=g) * (call + 1)).half().cuda()
-        assert _matches(kernel(A, B, p), A, B, p), call
+    _calls_with_new_b("mix", tmp_path, seed=5, calls=4)
     assert programmatic == [False, True, True] * 4  # per call: the transpose, then the tiles and the dot products
 
 
@@ -137,13 +143,7 @@ def test_sampled_gemm_kernels_wait_for_a_long_transpose(tmp_path, split, K):
     buffer comes back from torch's allocator with it). At K = 512 the transpose takes several
     waves (its last one writes Bt's last K chunk); at K = 64 one wave, which the tiles' first
     copies meet (both caught their mutant on an H200: the dot products' at K = 512, the tiles' at 64)."""
-    M, N, K, p, dot_below = _sampled_case(split, K)
-    kernel = _sampled_kernel(tmp_path, dot_below)
-    g = torch.Generator().manual_seed(7)
-    A = torch.randn(M, K, generator=g).half().cuda()
-    for call in range(3):
-        B = (torch.randn(K, N, generator=g) * (call + 1)).half().cuda()
-        assert _matches(kernel(A, B, p), A, B, p), call
+    _calls_with_new_b(split, tmp_path, seed=7, calls=3, K=K)
 
 
 @pytest.mark.parametrize("shape", ["mix", "long-transpose"])
