@@ -74,6 +74,12 @@ POS_MIN = 1024
 POS_PRE = 6144
 SM_SMEM = 233472  # shared bytes per SM of sm_90 (228 KB), 1 KB of it reserved per resident block
 BLOCK_RESERVED = 1024
+# the persistent wgmma form (K of one chunk): two stages of A's and Bt's rows, each tile row's first entry and up
+# to PERSISTENT_POS places per stage, the products in bytes of their own
+PERSISTENT_STAGES = 2
+PERSISTENT_K = 32  # K up to which a tile is persistent (rows of 64 bytes; at 64 the form has 1 block per SM)
+PERSISTENT_POS = 2048
+PERSISTENT_POS_MIN = 512
 N_MAJOR_MAX_TILES = 264  # S's tiles up to which wgmma tiles read B N-major: one wave (132 SMs x 2 blocks of 128 x 128)
 # tilelang
 BK_MAX = 64  # K chunk of the GPU tile path: f16 rows of 128 bytes; K <= 64 is one chunk (rounded up to 16)
@@ -131,6 +137,19 @@ class CudaTiles:
     stages: int = CUDA_STAGES  # K stages
     reads_b: bool = False  # the wgmma form reads B [K, N] itself (N-major descriptors), not Bt
     pos_pre: int = 0  # entries' places loaded during the K loop, after the stages' bytes (`_pos_pre`)
+    persistent: bool = False  # the persistent wgmma form (`persistent_fits`): each block walks tiles
+    row_bytes: int = 128  # bytes of a staged row of A and Bt (wgmma: 64 in the persistent form at K <= 32)
+    pos_stage: int = 0  # persistent form: entries' places per stage (the rest read from tc_pos)
+
+    @property
+    def operand_bytes(self) -> int:
+        """Persistent form: bytes of one stage's A rows and Bt rows."""
+        return (self.bmp + self.bnp) * self.row_bytes
+
+    @property
+    def side_bytes(self) -> int:
+        """Persistent form: bytes of one stage's row bases (tc_rbase, i32 [BMP]) and places."""
+        return self.bmp * 4 + self.pos_stage * self.pos_bytes
 
     @property
     def pos_bytes(self) -> int:
@@ -173,6 +192,17 @@ class CudaTiles:
                         f", after those ({self.pos_cap} entries" + (f"; the first {self.pos_pre} in bytes of their "
                                                                      "own, copied as the K loop ends)" if self.pos_pre
                                                                      else ")"))
+        if self.persistent:
+            elems = self.row_bytes // DTYPES[self.dtype][0]
+            return [Staged("the f32 products", self.bmp, self.cpitch, PRODUCT_PAD, "f32", 1,
+                           f", bytes of their own; {WGMMA_SLACK} bytes to align the stages"),
+                    Staged(f"`{a}`'s rows (K in one chunk)", self.bmp, elems, 0, self.dtype, self.stages),
+                    Staged(f"`{b}`'s columns (B transposed, K in one chunk)", self.bnp, elems, 0, self.dtype,
+                           self.stages),
+                    Staged("each tile row's first entry (tc_rbase)", 1, self.bmp, 0, "i32", self.stages),
+                    Staged(f"the tile's entries' places (tc_pos, {self.pos_bytes} bytes each)", 1,
+                           self.pos_stage * self.pos_bytes // 4, 0, "i32", self.stages,
+                           f" ({self.pos_stage} entries per tile; a tile's others are read from tc_pos)")]
         if self.wgmma:
             return [Staged(f"`{a}`'s rows in K chunks", self.bmp, self.apitch, 0, self.dtype, self.stages),
                     (Staged(f"`{b}`'s rows in K chunks (groups of 64 columns)", self.bk, self.bnp, 0, self.dtype,
@@ -197,6 +227,18 @@ def wgmma_fits(bm: int, bn: int, k: int, dtype: str, threads: int) -> bool:
     not measured, so those tiles stay on mma.sync.)"""
     return (dtype in MMA_DTYPES and k % 8 == 0 and bm % WGMMA_ROWS == 0 and threads == 128 * (bm // WGMMA_ROWS)
             and -(-bn // 8) * 8 <= 256)
+
+
+def persistent_fits(k: int, reads_b: bool) -> bool:
+    """Whether the wgmma tile kernel takes the persistent form: K in one 64-byte row of f16/bf16
+    (K <= 32) and B read transposed. Each block then walks tiles blockIdx.x, + gridDim.x, ... (the grid is what is
+    resident at once), loading the next tile's rows while it multiplies and writes this one's:
+    at K = 32 a tile's loads, wgmma and entries are each short, so a block per tile spent its
+    time in its chain of round trips and its launch (benchmarks/probes/sddmm_tile_variants.py,
+    docs/PERFORMANCE.md, H200, 2026-11-29: 48.5-51.5 us of a 66 us tile kernel at 10000^2 with 5M
+    entries without any product written). The N-major form reads B in one wave of tiles, where
+    nothing is left to overlap."""
+    return k <= PERSISTENT_K and not reads_b
 
 
 def n_major_fits(bn: int, n: int, tiles: int) -> bool:
@@ -253,11 +295,14 @@ def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool, threads: int = 0,
         kp, bk = -(-k // WGMMA_BK) * WGMMA_BK, WGMMA_BK
         stage_elems = (bmp + bnp) * bk
         cpitch = bnp + PRODUCT_PAD
+        reads_b = n_major_fits(bn, n, -(-m // bm) * -(-n // bn))
+        if persistent_fits(k, reads_b):
+            return _persistent(bm, bn, k, dtype, bmp, bnp, cpitch, transpose)
         smem = max(WGMMA_STAGES * stage_elems * esize, _epilogue(bm, bn, bmp, cpitch)) + WGMMA_SLACK
         pre = _pos_pre(smem, bm, bn)
         smem += pre * pos_bytes(bm, bn)
         return CudaTiles(tc, dtype, bmp, bnp, kp, bk, bk, bk, cpitch, stage_elems, smem, transpose, True, WGMMA_STAGES,
-                         n_major_fits(bn, n, -(-m // bm) * -(-n // bn)), pre)
+                         reads_b, pre)
     mm, mn, mk = MMA_SHAPE
     bmp, bnp = -(-bm // mm) * mm, -(-bn // mn) * mn
     kp = -(-k // mk) * mk
@@ -272,6 +317,25 @@ def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool, threads: int = 0,
     pre = _pos_pre(smem, bm, bn) if tc else 0
     smem += pre * pos_bytes(bm, bn)
     return CudaTiles(tc, dtype, bmp, bnp, kp, bk, apitch, bpitch, cpitch, stage_elems, smem, transpose, pos_pre=pre)
+
+
+def _persistent(bm: int, bn: int, k: int, dtype: str, bmp: int, bnp: int, cpitch: int, transpose: int) -> CudaTiles:
+    """The persistent wgmma form's tiles (`persistent_fits`): the products [BMP][CPITCH] f32 at the
+    1024-aligned base, then PERSISTENT_STAGES stages of A's rows [BMP] and Bt's rows [BNP] (rows of
+    64 bytes in the 64-byte swizzle), then per stage
+    the tile rows' first entries [BMP] i32 and up to PERSISTENT_POS places: as many as keep the
+    blocks per SM that PERSISTENT_POS_MIN allows (whole 16-byte vectors)."""
+    esize = DTYPES[dtype][0]
+    row_bytes = 64
+    size = pos_bytes(bm, bn)
+    fixed = WGMMA_SLACK + bmp * cpitch * 4 + PERSISTENT_STAGES * ((bmp + bnp) * row_bytes + bmp * 4)
+    blocks = max(SM_SMEM // (fixed + PERSISTENT_STAGES * PERSISTENT_POS_MIN * size + BLOCK_RESERVED), 1)
+    room = min(SM_SMEM // blocks - BLOCK_RESERVED, SMEM_LIMITS[DEFAULT_SM]) - fixed
+    per = max(min(PERSISTENT_POS * size, room // PERSISTENT_STAGES) // 16 * 16 // size, 16 // size)
+    smem = fixed + PERSISTENT_STAGES * per * size
+    elems = row_bytes // esize
+    return CudaTiles(True, dtype, bmp, bnp, -(-k // WGMMA_BK) * WGMMA_BK, WGMMA_BK, elems, elems, cpitch,
+                     (bmp + bnp) * elems, smem, transpose, True, PERSISTENT_STAGES, False, 0, True, row_bytes, per)
 
 
 # ---- tilelang ------------------------------------------------------------------------------------

@@ -168,8 +168,9 @@ class _FakeTensor:
 @pytest.mark.parametrize("ex, pdl, context, other_device", [
     (False, False, False, False), (True, False, False, False), (True, True, False, False), (True, True, True, False),
     (True, True, False, True)])
-@pytest.mark.parametrize("n_tc, n_dot, fill_bt", [(3, 5, True), (3, 0, False), (0, 5, False), (3, 0, True)])
-def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, n_tc, n_dot, fill_bt, ex, pdl,
+@pytest.mark.parametrize("n_tc, n_dot, fill_bt, K", [(3, 5, True, 256), (3, 0, False, 256), (0, 5, False, 256),
+                                                    (3, 0, True, 256), (3, 5, True, 32), (1, 0, True, 32)])
+def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, n_tc, n_dot, fill_bt, K, ex, pdl,
                                                                    context, other_device):
     """The sampled gemm's launches from one call: B's transpose first (with `fill_bt`: the
     runtime asks for it when the dot products or sddmm.tk's wgmma tiles read Bt), the tensor-core
@@ -180,10 +181,13 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     tkc.programmatic_launch (`context`). With the tensors on another device than the current one
     (`other_device`) the kernels launch in that device's context. A second call with other
     pointers launches with those, and a third on another stream launches on it: the launches kept
-    per thread refill their argument slots and are kept per stream."""
+    per thread refill their argument slots and are kept per stream. At K = 32 the tiles are
+    persistent (passes/smem_sddmm.py `persistent_fits`): their grid is what is resident at once
+    (here 2 blocks), or n_tc when that is fewer."""
     path = os.path.join(ROOT, "examples", "sddmm.tk")
-    source = cuda.emit(driver.optimize(driver.frontend(path, {}), "cuda"))
+    source = cuda.emit(driver.optimize(driver.frontend(path, {"K": K}), "cuda"))
     launch = cuda_runtime.CudaLaunch(path, source)
+    assert launch.tc_persistent == (K == 32)
     launched, contexts = [], []
     programmatic_at = []  # the launches' indices that went through cuLaunchKernelEx with the attribute
 
@@ -234,7 +238,9 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     monkeypatch.setattr(cuda_runtime, "_pdl_supported", lambda index: pdl)
     monkeypatch.setattr(cuda_runtime, "_cu_launch_kernel_ex", lambda: driver_call)
     monkeypatch.setattr(cuda_runtime, "_launch_ex_supported", lambda: ex)
-    K, N = 256, 1000
+    resident = []
+    monkeypatch.setattr(launch, "resident", lambda index, function: resident.append((index, function)) or (1, 2))
+    N = 1000
     # A, B, rows, cols, P, Bt, then the plan's cuda_tensors: tc_ptr, tc_m, tc_n, tc_order, dot_order,
     # tc_pos, tc_rbase
     shapes = [(64, K), (K, N), (9,), (9,), (9,), (N, K), (n_tc + 1,), (n_tc,), (n_tc,), (9,), (n_dot,), (16,),
@@ -254,13 +260,16 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
             name, tile, threads = launch.transpose
             want.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), [ptrs[1], ptrs[5]], 0))
         if n_tc:
-            want.append((launch.tc_kernel, (n_tc, 1, 1), launch.block, ptrs + [n_tc, n_dot], launch.smem))
+            grid = min(n_tc, 2) if K == 32 else n_tc
+            want.append((launch.tc_kernel, (grid, 1, 1), launch.block, ptrs + [n_tc, n_dot], launch.smem))
         if n_dot:
             want.append((launch.dot_kernel, (-(-n_dot // launch.dot_per_block), 1, 1), launch.block,
                          ptrs + [n_tc, n_dot], 0))
         assert launched == want
         assert programmatic_at == (list(range(0 if context else 1, len(want))) if pdl else [])
         assert contexts == ([0, None] if other_device or not ex else [])
+        # the occupancy asked of the persistent tile kernel (on the tensors' device)
+        assert set(resident) == ({(0, launch.tc_kernel)} if K == 32 and n_tc else set())
 
 
 def test_sampled_gemm_calls_on_two_threads_keep_their_own_arguments(monkeypatch):

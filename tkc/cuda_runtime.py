@@ -126,6 +126,8 @@ class CudaLaunch:
         self.tc_reads_bt = bool(sddmm.get("tc_reads_bt"))
         self.dot_per_block, self.dot_kernel = sddmm.get("dot_per_block"), sddmm.get("dot_kernel")
         self.tc_kernel = sddmm.get("tc_kernel")
+        # the tile kernel walks the tiles with a grid of what is resident at once (the persistent wgmma form)
+        self.tc_persistent = bool(sddmm.get("tc_persistent"))
         self.transpose = (sddmm["transpose_kernel"], sddmm["transpose_tile"], sddmm["transpose_threads"]) if sddmm else None
         self._functions: dict[tuple, object] = {}  # (device index, kernel name) -> cupy RawKernel
         self._modules: dict[int, object] = {}  # device index -> cupy RawModule
@@ -267,7 +269,7 @@ class CudaLaunch:
             if status:
                 raise BackendError(f"cuLaunchKernelEx failed with CUDA driver error {status}")
 
-    def _sampled_plan(self, n_tc: int, n_dot: int, fill_bt: bool, shape_b) -> list:
+    def _sampled_plan(self, index: int, n_tc: int, n_dot: int, fill_bt: bool, shape_b) -> list:
         """A sampled gemm call's kernels in launch order: (name, grid, block, shared memory bytes,
         whether it takes the transpose's two arguments)."""
         kernels = []
@@ -275,7 +277,7 @@ class CudaLaunch:
             (K, N), (name, tile, threads) = shape_b, self.transpose
             kernels.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), 0, True))
         if self.tc_kernel and n_tc:
-            kernels.append((self.tc_kernel, (n_tc, 1, 1), self.block, self.smem, False))
+            kernels.append((self.tc_kernel, (self.tc_blocks(index, n_tc), 1, 1), self.block, self.smem, False))
         if n_dot:
             kernels.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, 0, False))
         return kernels
@@ -293,7 +295,7 @@ class CudaLaunch:
         values, pair = (ctypes.c_uint64 * n_args)(), (ctypes.c_uint64 * 2)()
         params, pair_params = _params(values), _params(pair)
         launches = []
-        for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(n_tc, n_dot, fill_bt, shape_b)):
+        for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(index, n_tc, n_dot, fill_bt, shape_b)):
             config, attrs = _launch_config(grid, block, smem, handle, pdl and (i > 0 or first_programmatic), False)
             launches.append((ctypes.byref(config), self.function(index, name).kernel.ptr, pair_params if two else params,
                              attrs))  # (the config points at its attributes: kept alive with it)
@@ -308,7 +310,7 @@ class CudaLaunch:
         stream = self._stream(cupy, index, handle)
         pdl, ex = _pdl_supported(index), _launch_ex_supported()
         with cupy.cuda.Device(index):
-            for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(n_tc, n_dot, fill_bt, shape_b)):
+            for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(index, n_tc, n_dot, fill_bt, shape_b)):
                 fn_args = (args[1], args[5]) if two else args
                 if ex:
                     _launch_ex(self.function(index, name).kernel.ptr, grid, block, fn_args, smem, handle,
@@ -325,12 +327,12 @@ class CudaLaunch:
                 stream = self._streams[(index, handle)] = cupy.cuda.ExternalStream(handle, index)
         return stream
 
-    def check_resident(self, index: int, function: int, grid) -> None:
-        """A cooperative launch (`sync grid`) needs every block of the grid resident at once:
-        a TkError (a user error) naming the most this GPU holds, before CUDA refuses the launch."""
-        import torch
-
+    def resident(self, index: int, function: int) -> tuple[int, int]:
+        """(blocks of the launch's kernel, CUfunction `function`, resident per SM at once, SMs) on
+        device `index`, from the driver's occupancy calculator (its block and shared memory)."""
         if index not in self._resident:
+            import torch
+
             count = ctypes.c_int(0)
             occupancy = _libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor
             occupancy.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
@@ -339,7 +341,22 @@ class CudaLaunch:
                 raise BackendError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed with CUDA driver error {status}")
             sms = torch.cuda.get_device_properties(index).multi_processor_count
             self._resident[index] = (count.value, sms)
-        per_sm, sms = self._resident[index]
+        return self._resident[index]
+
+    def tc_blocks(self, index: int, n_tc: int) -> int:
+        """The tile kernel's grid for `n_tc` tiles on device `index`: one block per tile, or with
+        the persistent form at most what is resident at once (each block walks its tiles)."""
+        if not self.tc_persistent:
+            return n_tc
+        per_sm, sms = self.resident(index, self.function(index, self.tc_kernel).kernel.ptr)
+        return max(1, min(n_tc, per_sm * sms))
+
+    def check_resident(self, index: int, function: int, grid) -> None:
+        """A cooperative launch (`sync grid`) needs every block of the grid resident at once:
+        a TkError (a user error) naming the most this GPU holds, before CUDA refuses the launch."""
+        import torch
+
+        per_sm, sms = self.resident(index, function)
         blocks = math.prod(grid)
         if blocks > per_sm * sms:
             from dsl.diagnostics import Loc, error

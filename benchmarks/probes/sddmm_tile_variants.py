@@ -94,6 +94,12 @@ MODIFIERS = {
                 "    const int blk = blockIdx.x;\n    if (blk >= 0) return;\n    {  // ---- a tensor-core tile ----")], False),
     # the tile's place from blockIdx alone, as if every tile of the grid were present (timing only: the
     # cost of the round trip for tc_m and tc_n before the first copy)
+    # the persistent form (K <= 32): no entries written / nor products / no wgmma / no loads after the first tile
+    "pnoentries": ([("for (int q = fc + tid; q < ec; q += THREADS)", "for (int q = fc + tid; q < 0; q += THREADS)")], False),
+    "pnoproducts": ([("if (r < BMP && c < BNP) {", "if (r < 0) {")], False),
+    "pnowgmma": ([("tk_wgmma(acc, da + 2 * kk, db + 2 * kk, kk);", "acc[0][kk][0] += (float)(da + db);")], False),
+    "pnoloads": ([("if (t + G < n_tc) load(s ^ 1, t + G, mn, nn, fn, en); else tk_cp_async_commit();",
+                   "tk_cp_async_commit();")], False),
     "noidx": ([("const int m0 = tc_m[blk] * BM, n0 = tc_n[blk] * BN;",
                 "const int m0 = (blk / ((N + BN - 1) / BN)) * BM, n0 = (blk % ((N + BN - 1) / BN)) * BN;")], False),
 }

@@ -78,3 +78,38 @@ def test_tile_entries_in_several_chunks(example, threads, cache_dir):
         assert any(start % 8 for start in plan.tc_ptr.tolist())
         assert (plan.tc_rbase.numel() > 0) == (fmt == "csr")  # shuffled coo: each entry's index from tc_order
         _check(kernel, A, B, p)
+
+
+@pytest.mark.parametrize("example", ["sddmm", "sddmm_wmma_16x16x16", "sddmm_wmma_32x8x16"])  # csr values, dense, coo values
+@pytest.mark.parametrize("blocks", [1, 5, None])  # None: what is resident at once
+def test_persistent_tiles_walked_by_fewer_blocks(example, blocks, monkeypatch, cache_dir):
+    """The persistent wgmma form (K <= 32, passes/smem_sddmm.py `persistent_fits`): each block
+    walks tiles blockIdx.x, + gridDim.x, ... through two stages, so 1 and 5 blocks walk all 24
+    tiles of a 421 x 645 pattern (each block's next tile loaded while it writes this one's
+    entries; its accumulators overwritten by each tile's first k16 step). K = 32 and K = 24 (the
+    last 16-byte vector of each row zero-filled); a 30% dense uniform pattern (tiles of about
+    4900 entries: past the PS places a stage holds, the rest read from tc_pos) and an R-MAT one
+    (tiles from a few entries to dense)."""
+    from tkc.cuda_runtime import CudaLaunch
+
+    kernel = tkc.compile(os.path.join(ROOT, "examples", f"{example}.tk"), target="cuda", cache_dir=cache_dir,
+                         BM=128, BN=128, threads=256)
+    kernel.dot_below = 0
+    fmt = kernel.inputs[2].dtype
+    grids = []
+    resident = CudaLaunch.tc_blocks
+
+    def tc_blocks(self, index, n_tc):
+        assert self.tc_persistent
+        grids.append(min(n_tc, blocks) if blocks else resident(self, index, n_tc))
+        return grids[-1]
+
+    monkeypatch.setattr(CudaLaunch, "tc_blocks", tc_blocks)
+    M, N = 3 * 128 + 37, 5 * 128 + 5
+    for seed, (K, nnz, kind) in enumerate([(32, M * N * 3 // 10, "uniform"), (24, 20000, "rmat")]):
+        A, B = _operands(M, N, K, torch.float16, 50 + seed)
+        p = _pattern(kind, M, N, nnz, seed, fmt)
+        plan = sp.dispatch_plan(sp.as_pattern(p, fmt).to("cuda"), 128, 128, 0)
+        assert plan.n_tc == 24 and (seed or int((plan.tc_ptr[1:] - plan.tc_ptr[:-1]).max()) > 2048)
+        _check(kernel, A, B, p)
+    assert grids and set(grids) == ({min(24, blocks)} if blocks else {24})  # (an H100/H200 holds 264 of them)
