@@ -169,7 +169,8 @@ class _FakeTensor:
     (False, False, False, False), (True, False, False, False), (True, True, False, False), (True, True, True, False),
     (True, True, False, True)])
 @pytest.mark.parametrize("n_tc, n_dot, fill_bt, K", [(3, 5, True, 256), (3, 0, False, 256), (0, 5, False, 256),
-                                                    (3, 0, True, 256), (3, 5, True, 32), (1, 0, True, 32)])
+                                                    (3, 0, True, 256), (3, 5, True, 32), (1, 0, True, 32),
+                                                    (3, 48, False, 32), (3, 49, False, 32)])
 def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, n_tc, n_dot, fill_bt, K, ex, pdl,
                                                                    context, other_device):
     """The sampled gemm's launches from one call: B's transpose first (with `fill_bt`: the
@@ -183,7 +184,8 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     pointers launches with those, and a third on another stream launches on it: the launches kept
     per thread refill their argument slots and are kept per stream. At K = 32 the tiles are
     persistent (passes/smem_sddmm.py `persistent_fits`): their grid is what is resident at once
-    (here 2 blocks), or n_tc when that is fewer."""
+    (here 2 blocks), or n_tc when that is fewer, or when the dot products are more than
+    PERSISTENT_DOTS_PER_TILE (16) per tile."""
     path = os.path.join(ROOT, "examples", "sddmm.tk")
     source = cuda.emit(driver.optimize(driver.frontend(path, {"K": K}), "cuda"))
     launch = cuda_runtime.CudaLaunch(path, source)
@@ -260,7 +262,7 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
             name, tile, threads = launch.transpose
             want.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), [ptrs[1], ptrs[5]], 0))
         if n_tc:
-            grid = min(n_tc, 2) if K == 32 else n_tc
+            grid = min(n_tc, 2) if K == 32 and n_dot <= 16 * n_tc else n_tc
             want.append((launch.tc_kernel, (grid, 1, 1), launch.block, ptrs + [n_tc, n_dot], launch.smem))
         if n_dot:
             want.append((launch.dot_kernel, (-(-n_dot // launch.dot_per_block), 1, 1), launch.block,
@@ -269,7 +271,7 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
         assert programmatic_at == (list(range(0 if context else 1, len(want))) if pdl else [])
         assert contexts == ([0, None] if other_device or not ex else [])
         # the occupancy asked of the persistent tile kernel (on the tensors' device)
-        assert set(resident) == ({(0, launch.tc_kernel)} if K == 32 and n_tc else set())
+        assert set(resident) == ({(0, launch.tc_kernel)} if K == 32 and n_tc and n_dot <= 16 * n_tc else set())
 
 
 def test_sampled_gemm_calls_on_two_threads_keep_their_own_arguments(monkeypatch):

@@ -100,6 +100,11 @@ def _cupy_available() -> bool:
     return importlib.util.find_spec("cupy") is not None
 
 
+# a sampled gemm's persistent tile kernel walks its tiles with the resident blocks only while the dot
+# products are at most this many per tile (CudaLaunch.tc_blocks)
+PERSISTENT_DOTS_PER_TILE = 16
+
+
 class CudaLaunch:
     """A compiled CUDA-backend kernel: call it with every argument tensor (inputs then outputs)."""
 
@@ -277,7 +282,7 @@ class CudaLaunch:
             (K, N), (name, tile, threads) = shape_b, self.transpose
             kernels.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), 0, True))
         if self.tc_kernel and n_tc:
-            kernels.append((self.tc_kernel, (self.tc_blocks(index, n_tc), 1, 1), self.block, self.smem, False))
+            kernels.append((self.tc_kernel, (self.tc_blocks(index, n_tc, n_dot), 1, 1), self.block, self.smem, False))
         if n_dot:
             kernels.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, 0, False))
         return kernels
@@ -343,10 +348,18 @@ class CudaLaunch:
             self._resident[index] = (count.value, sms)
         return self._resident[index]
 
-    def tc_blocks(self, index: int, n_tc: int) -> int:
-        """The tile kernel's grid for `n_tc` tiles on device `index`: one block per tile, or with
-        the persistent form at most what is resident at once (each block walks its tiles)."""
-        if not self.tc_persistent:
+    def tc_blocks(self, index: int, n_tc: int, n_dot: int) -> int:
+        """The tile kernel's grid for `n_tc` tiles and `n_dot` dot-product entries on device
+        `index`: one block per tile, or with the persistent form, where the dot products are few
+        (at most PERSISTENT_DOTS_PER_TILE per tile), what is resident at once (each block walks
+        its tiles). Resident blocks hold every SM until their last tile, so the dot products
+        launched after them cannot run beside them, and a pattern's uneven tiles are not
+        balanced as the hardware balances short blocks: at 10000^2 with 5M R-MAT entries and
+        K = 32 (2433 tiles of 670 to 11958 entries, 611k dot products) the persistent grid took
+        65.2 us as graph replays against 46.3 for a block per tile (H200, 2026-11-29,
+        docs/PERFORMANCE.md); with 5M uniform entries (6084 tiles, 16k dot products) 55.5
+        against 66.0."""
+        if not self.tc_persistent or n_dot > PERSISTENT_DOTS_PER_TILE * n_tc:
             return n_tc
         per_sm, sms = self.resident(index, self.function(index, self.tc_kernel).kernel.ptr)
         return max(1, min(n_tc, per_sm * sms))

@@ -99,9 +99,9 @@ def test_persistent_tiles_walked_by_fewer_blocks(example, blocks, monkeypatch, c
     grids = []
     resident = CudaLaunch.tc_blocks
 
-    def tc_blocks(self, index, n_tc):
-        assert self.tc_persistent
-        grids.append(min(n_tc, blocks) if blocks else resident(self, index, n_tc))
+    def tc_blocks(self, index, n_tc, n_dot):
+        assert self.tc_persistent and n_dot == 0
+        grids.append(min(n_tc, blocks) if blocks else resident(self, index, n_tc, n_dot))
         return grids[-1]
 
     monkeypatch.setattr(CudaLaunch, "tc_blocks", tc_blocks)
