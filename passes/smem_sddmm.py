@@ -137,7 +137,8 @@ class CudaTiles:
     stages: int = CUDA_STAGES  # K stages
     reads_b: bool = False  # the wgmma form reads B [K, N] itself (N-major descriptors), not Bt
     pos_pre: int = 0  # entries' places loaded during the K loop, after the stages' bytes (`_pos_pre`)
-    persistent: bool = False  # the persistent wgmma form (`persistent_fits`): each block walks tiles
+    persistent: bool = False  # these are the persistent wgmma form's tiles (`persistent_fits`): each block walks tiles
+    walk: "CudaTiles | None" = None  # the one-tile form's persistent twin, `<kernel>_walk`, where it fits
     row_bytes: int = 128  # bytes of a staged row of A and Bt (wgmma: 64 in the persistent form at K <= 32)
     pos_stage: int = 0  # persistent form: entries' places per stage (the rest read from tc_pos)
 
@@ -178,6 +179,8 @@ class CudaTiles:
     def kernels(self, kname: str) -> dict[str, int]:
         """Shared bytes per block of each kernel of the module."""
         out = {kname: self.smem} if self.tc else {}
+        if self.walk is not None:
+            out[f"{kname}_walk"] = self.walk.smem
         out.update({f"{kname}_transpose_b": self.transpose, f"{kname}_dots": 0})
         return out
 
@@ -230,9 +233,11 @@ def wgmma_fits(bm: int, bn: int, k: int, dtype: str, threads: int) -> bool:
 
 
 def persistent_fits(k: int, reads_b: bool) -> bool:
-    """Whether the wgmma tile kernel takes the persistent form: K in one 64-byte row of f16/bf16
-    (K <= 32) and B read transposed. Each block then walks tiles blockIdx.x, + gridDim.x, ... (the grid is what is
-    resident at once), loading the next tile's rows while it multiplies and writes this one's:
+    """Whether the wgmma tile kernel has a persistent twin, `<kernel>_walk`: K in one 64-byte row
+    of f16/bf16 (K <= 32) and B read transposed. Each of its blocks walks tiles blockIdx.x,
+    + gridDim.x, ... (the grid is what is resident at once), loading the next tile's rows while it
+    multiplies and writes this one's (the runtime launches it where the dot products are few,
+    tkc/cuda_runtime.py `CudaLaunch.tile_launch`):
     at K = 32 a tile's loads, wgmma and entries are each short, so a block per tile spent its
     time in its chain of round trips and its launch (benchmarks/probes/sddmm_tile_variants.py,
     docs/PERFORMANCE.md, H200, 2026-11-29: 48.5-51.5 us of a 66 us tile kernel at 10000^2 with 5M
@@ -296,13 +301,14 @@ def cuda_tiles(bm: int, bn: int, k: int, dtype: str, tc: bool, threads: int = 0,
         stage_elems = (bmp + bnp) * bk
         cpitch = bnp + PRODUCT_PAD
         reads_b = n_major_fits(bn, n, -(-m // bm) * -(-n // bn))
-        if persistent_fits(k, reads_b):
-            return _persistent(bm, bn, k, dtype, bmp, bnp, cpitch, transpose)
+        walk = _persistent(bm, bn, k, dtype, bmp, bnp, cpitch, transpose) if persistent_fits(k, reads_b) else None
+        if walk is not None and walk.smem > SMEM_LIMITS[DEFAULT_SM]:
+            walk = None
         smem = max(WGMMA_STAGES * stage_elems * esize, _epilogue(bm, bn, bmp, cpitch)) + WGMMA_SLACK
         pre = _pos_pre(smem, bm, bn)
         smem += pre * pos_bytes(bm, bn)
         return CudaTiles(tc, dtype, bmp, bnp, kp, bk, bk, bk, cpitch, stage_elems, smem, transpose, True, WGMMA_STAGES,
-                         reads_b, pre)
+                         reads_b, pre, walk=walk)
     mm, mn, mk = MMA_SHAPE
     bmp, bnp = -(-bm // mm) * mm, -(-bn // mn) * mn
     kp = -(-k // mk) * mk
@@ -335,7 +341,8 @@ def _persistent(bm: int, bn: int, k: int, dtype: str, bmp: int, bnp: int, cpitch
     smem = fixed + PERSISTENT_STAGES * per * size
     elems = row_bytes // esize
     return CudaTiles(True, dtype, bmp, bnp, -(-k // WGMMA_BK) * WGMMA_BK, WGMMA_BK, elems, elems, cpitch,
-                     (bmp + bnp) * elems, smem, transpose, True, PERSISTENT_STAGES, False, 0, True, row_bytes, per)
+                     (bmp + bnp) * elems, smem, transpose, True, PERSISTENT_STAGES, persistent=True,
+                     row_bytes=row_bytes, pos_stage=per)
 
 
 # ---- tilelang ------------------------------------------------------------------------------------

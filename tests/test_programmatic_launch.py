@@ -183,13 +183,14 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     (`other_device`) the kernels launch in that device's context. A second call with other
     pointers launches with those, and a third on another stream launches on it: the launches kept
     per thread refill their argument slots and are kept per stream. At K = 32 the tiles are
-    persistent (passes/smem_sddmm.py `persistent_fits`): their grid is what is resident at once
-    (here 2 blocks), or n_tc when that is fewer, or when the dot products are more than
-    PERSISTENT_DOTS_PER_TILE (16) per tile."""
+    launched persistent (passes/smem_sddmm.py `persistent_fits`: `<kernel>_walk`, with its own
+    shared memory) on what is resident at once (here 2 blocks) or n_tc when that is fewer; where
+    the dot products are more than PERSISTENT_DOTS_PER_TILE (16) per tile, the one-tile kernel
+    on n_tc blocks."""
     path = os.path.join(ROOT, "examples", "sddmm.tk")
     source = cuda.emit(driver.optimize(driver.frontend(path, {"K": K}), "cuda"))
     launch = cuda_runtime.CudaLaunch(path, source)
-    assert launch.tc_persistent == (K == 32)
+    assert (launch.walk_kernel is not None) == (K == 32)
     launched, contexts = [], []
     programmatic_at = []  # the launches' indices that went through cuLaunchKernelEx with the attribute
 
@@ -241,7 +242,8 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     monkeypatch.setattr(cuda_runtime, "_cu_launch_kernel_ex", lambda: driver_call)
     monkeypatch.setattr(cuda_runtime, "_launch_ex_supported", lambda: ex)
     resident = []
-    monkeypatch.setattr(launch, "resident", lambda index, function: resident.append((index, function)) or (1, 2))
+    monkeypatch.setattr(launch, "resident",
+                        lambda index, function, smem: resident.append((index, function, smem)) or (1, 2))
     N = 1000
     # A, B, rows, cols, P, Bt, then the plan's cuda_tensors: tc_ptr, tc_m, tc_n, tc_order, dot_order,
     # tc_pos, tc_rbase
@@ -262,8 +264,12 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
             name, tile, threads = launch.transpose
             want.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), [ptrs[1], ptrs[5]], 0))
         if n_tc:
-            grid = min(n_tc, 2) if K == 32 and n_dot <= 16 * n_tc else n_tc
-            want.append((launch.tc_kernel, (grid, 1, 1), launch.block, ptrs + [n_tc, n_dot], launch.smem))
+            if K == 32 and n_dot <= 16 * n_tc:
+                assert launch.walk_kernel == launch.tc_kernel + "_walk" and launch.walk_smem > 0
+                want.append((launch.walk_kernel, (min(n_tc, 2), 1, 1), launch.block, ptrs + [n_tc, n_dot],
+                             launch.walk_smem))
+            else:
+                want.append((launch.tc_kernel, (n_tc, 1, 1), launch.block, ptrs + [n_tc, n_dot], launch.smem))
         if n_dot:
             want.append((launch.dot_kernel, (-(-n_dot // launch.dot_per_block), 1, 1), launch.block,
                          ptrs + [n_tc, n_dot], 0))
@@ -271,7 +277,8 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
         assert programmatic_at == (list(range(0 if context else 1, len(want))) if pdl else [])
         assert contexts == ([0, None] if other_device or not ex else [])
         # the occupancy asked of the persistent tile kernel (on the tensors' device)
-        assert set(resident) == ({(0, launch.tc_kernel)} if K == 32 and n_tc and n_dot <= 16 * n_tc else set())
+        assert set(resident) == ({(0, launch.walk_kernel, launch.walk_smem)} if K == 32 and n_tc and n_dot <= 16 * n_tc
+                                 else set())
 
 
 def test_sampled_gemm_calls_on_two_threads_keep_their_own_arguments(monkeypatch):

@@ -645,7 +645,7 @@ def test_wgmma_form_where_it_fits():
                         ((128, 128, 256, "f32", False, 256), False)):
         t = cuda_tiles(*args)
         assert t.wgmma == wgmma, args
-        assert not t.persistent  # (K > 32)
+        assert t.walk is None  # (K > 32)
         if wgmma:
             bmp, bnp = -(-args[0] // 64) * 64, -(-args[1] // 8) * 8
             assert (t.bmp, t.bnp, t.bk, t.apitch, t.bpitch) == (bmp, bnp, 64, 64, 64)
@@ -675,27 +675,31 @@ def test_wgmma_form_where_it_fits():
 @pytest.mark.parametrize("bm, bn, threads, k, blocks", [(128, 128, 256, 32, 2), (128, 128, 256, 8, 2), (64, 128, 128, 24, 3),
                                                        (64, 40, 128, 32, 7), (192, 64, 384, 16, 2)])
 def test_persistent_wgmma_form_at_k_of_one_row(bm, bn, threads, k, blocks):
-    """K <= 32 with B read transposed: the persistent wgmma form (passes/smem_sddmm.py
-    `persistent_fits`). The products at the 1024-aligned base, then two stages of 64-byte rows of A
-    and Bt, then per stage the rows' first entries and the places: PERSISTENT_POS of them, or as many
-    as keep the blocks per SM that PERSISTENT_POS_MIN allows. Where the tiles read B itself (one wave
-    of tiles) or K > 32 the one-tile form stays."""
+    """K <= 32 with B read transposed: the wgmma tile kernel has a persistent twin,
+    `<kernel>_walk` (passes/smem_sddmm.py `persistent_fits`). Its bytes: the products at the
+    1024-aligned base, then two stages of 64-byte rows of A and Bt, then per stage the rows' first
+    entries and the places: PERSISTENT_POS of them, or as many as keep the blocks per SM that
+    PERSISTENT_POS_MIN allows. Where the tiles read B itself (one wave of tiles) or K > 32 there
+    is none."""
     from passes.smem_sddmm import (BLOCK_RESERVED, PERSISTENT_POS, PERSISTENT_POS_MIN, PRODUCT_PAD, SM_SMEM,
                                    WGMMA_SLACK, cuda_tiles)
 
-    t = cuda_tiles(bm, bn, k, "f16", True, threads, 10000, 10000)
+    one = cuda_tiles(bm, bn, k, "f16", True, threads, 10000, 10000)
+    t = one.walk
     bmp, bnp = bm, -(-bn // 8) * 8
-    assert t.wgmma and t.persistent and not t.reads_b and (t.row_bytes, t.stages, t.apitch) == (64, 2, 32)
+    assert one.wgmma and not one.persistent and t.wgmma and t.persistent and not t.reads_b
+    assert (t.row_bytes, t.stages, t.apitch) == (64, 2, 32) and t.walk is None
+    assert one.kernels("k") == {"k": one.smem, "k_walk": t.smem, "k_transpose_b": one.transpose, "k_dots": 0}
     fixed = WGMMA_SLACK + bmp * (bnp + PRODUCT_PAD) * 4 + 2 * ((bmp + bnp) * 64 + bmp * 4)
     assert t.smem == fixed + 2 * 2 * t.pos_stage and t.pos_stage % 8 == 0
     assert SM_SMEM // (t.smem + BLOCK_RESERVED) == blocks == SM_SMEM // (fixed + 4 * PERSISTENT_POS_MIN + BLOCK_RESERVED)
     assert t.pos_stage == PERSISTENT_POS or SM_SMEM // (t.smem + 32 + BLOCK_RESERVED) < blocks
     notes = " ".join(s.note() for s in t.staged())
     assert f"{t.pos_stage} entries per tile" in notes and "K in one chunk" in notes
-    assert not cuda_tiles(bm, bn, 40, "f16", True, threads, 10000, 10000).persistent
+    assert cuda_tiles(bm, bn, 40, "f16", True, threads, 10000, 10000).walk is None
     if bn % 64 == 0:  # one wave of tiles: B read N-major by the one-tile form
         assert cuda_tiles(bm, bn, k, "f16", True, threads, 2 * bn, bm).reads_b
-        assert not cuda_tiles(bm, bn, k, "f16", True, threads, 2 * bn, bm).persistent
+        assert cuda_tiles(bm, bn, k, "f16", True, threads, 2 * bn, bm).walk is None
 
 
 @pytest.mark.parametrize("k, per_tile, path", [(256, 484, "tiles"), (256, 290, "tiles"), (256, 242, "dots"),

@@ -101,7 +101,7 @@ def _cupy_available() -> bool:
 
 
 # a sampled gemm's persistent tile kernel walks its tiles with the resident blocks only while the dot
-# products are at most this many per tile (CudaLaunch.tc_blocks)
+# products are at most this many per tile (CudaLaunch.tile_launch)
 PERSISTENT_DOTS_PER_TILE = 16
 
 
@@ -131,8 +131,8 @@ class CudaLaunch:
         self.tc_reads_bt = bool(sddmm.get("tc_reads_bt"))
         self.dot_per_block, self.dot_kernel = sddmm.get("dot_per_block"), sddmm.get("dot_kernel")
         self.tc_kernel = sddmm.get("tc_kernel")
-        # the tile kernel walks the tiles with a grid of what is resident at once (the persistent wgmma form)
-        self.tc_persistent = bool(sddmm.get("tc_persistent"))
+        # the tile kernel's persistent twin (K <= 32): its blocks walk the tiles, the grid what is resident
+        self.walk_kernel, self.walk_smem = sddmm.get("walk_kernel"), int(sddmm.get("walk_smem", 0))
         self.transpose = (sddmm["transpose_kernel"], sddmm["transpose_tile"], sddmm["transpose_threads"]) if sddmm else None
         self._functions: dict[tuple, object] = {}  # (device index, kernel name) -> cupy RawKernel
         self._modules: dict[int, object] = {}  # device index -> cupy RawModule
@@ -161,8 +161,9 @@ class CudaLaunch:
                         self._modules[index] = cupy.RawModule(code=self.source, backend="nvrtc",
                                                               options=(f"--gpu-architecture={arch}", "--std=c++17"))
                 fn = self._modules[index].get_function(name)
-                if name == self.name and self.smem > DEFAULT_SMEM:
-                    fn.max_dynamic_shared_size_bytes = self.smem
+                smem = self.smem if name == self.name else self.walk_smem if name == self.walk_kernel else 0
+                if smem > DEFAULT_SMEM:
+                    fn.max_dynamic_shared_size_bytes = smem
                 if name == self.name and math.prod(self.cluster) > PORTABLE_CLUSTER:
                     _allow_nonportable_cluster(fn.kernel.ptr)
             self._functions[(index, name)] = fn
@@ -282,7 +283,8 @@ class CudaLaunch:
             (K, N), (name, tile, threads) = shape_b, self.transpose
             kernels.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), 0, True))
         if self.tc_kernel and n_tc:
-            kernels.append((self.tc_kernel, (self.tc_blocks(index, n_tc, n_dot), 1, 1), self.block, self.smem, False))
+            name, grid, smem = self.tile_launch(index, n_tc, n_dot)
+            kernels.append((name, (grid, 1, 1), self.block, smem, False))
         if n_dot:
             kernels.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, 0, False))
         return kernels
@@ -332,37 +334,35 @@ class CudaLaunch:
                 stream = self._streams[(index, handle)] = cupy.cuda.ExternalStream(handle, index)
         return stream
 
-    def resident(self, index: int, function: int) -> tuple[int, int]:
-        """(blocks of the launch's kernel, CUfunction `function`, resident per SM at once, SMs) on
-        device `index`, from the driver's occupancy calculator (its block and shared memory)."""
-        if index not in self._resident:
+    def resident(self, index: int, function: int, smem: int | None = None) -> tuple[int, int]:
+        """(blocks of CUfunction `function` resident per SM at once, SMs) on device `index`, from the
+        driver's occupancy calculator (the launch's block; `smem` bytes, default the launch's)."""
+        key = (index, function)
+        if key not in self._resident:
             import torch
 
             count = ctypes.c_int(0)
             occupancy = _libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor
             occupancy.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-            status = occupancy(ctypes.byref(count), ctypes.c_void_p(function), int(math.prod(self.block)), self.smem)
+            status = occupancy(ctypes.byref(count), ctypes.c_void_p(function), int(math.prod(self.block)),
+                               self.smem if smem is None else smem)
             if status:
                 raise BackendError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed with CUDA driver error {status}")
             sms = torch.cuda.get_device_properties(index).multi_processor_count
-            self._resident[index] = (count.value, sms)
-        return self._resident[index]
+            self._resident[key] = (count.value, sms)
+        return self._resident[key]
 
-    def tc_blocks(self, index: int, n_tc: int, n_dot: int) -> int:
-        """The tile kernel's grid for `n_tc` tiles and `n_dot` dot-product entries on device
-        `index`: one block per tile, or with the persistent form, where the dot products are few
-        (at most PERSISTENT_DOTS_PER_TILE per tile), what is resident at once (each block walks
-        its tiles). Resident blocks hold every SM until their last tile, so the dot products
-        launched after them cannot run beside them, and a pattern's uneven tiles are not
-        balanced as the hardware balances short blocks: at 10000^2 with 5M R-MAT entries and
-        K = 32 (2433 tiles of 670 to 11958 entries, 611k dot products) the persistent grid took
-        65.2 us as graph replays against 46.3 for a block per tile (H200, 2026-11-29,
-        docs/PERFORMANCE.md); with 5M uniform entries (6084 tiles, 16k dot products) 55.5
-        against 66.0."""
-        if not self.tc_persistent or n_dot > PERSISTENT_DOTS_PER_TILE * n_tc:
-            return n_tc
-        per_sm, sms = self.resident(index, self.function(index, self.tc_kernel).kernel.ptr)
-        return max(1, min(n_tc, per_sm * sms))
+    def tile_launch(self, index: int, n_tc: int, n_dot: int) -> tuple[str, int, int]:
+        """(kernel, grid, shared memory bytes) of the tensor-core tiles of a call with `n_tc` tiles
+        and `n_dot` dot-product entries on device `index`: a block per tile, or the persistent
+        twin (`walk_kernel`, codegen/cuda_sddmm.py) with what is resident at once, where the dot
+        products are few (at most PERSISTENT_DOTS_PER_TILE per tile). Resident blocks hold every
+        SM until their last tile, so the dot products launched after them cannot run beside them,
+        and uneven tiles are not balanced as the hardware balances short blocks."""
+        if self.walk_kernel is None or n_dot > PERSISTENT_DOTS_PER_TILE * n_tc:
+            return self.tc_kernel, n_tc, self.smem
+        per_sm, sms = self.resident(index, self.function(index, self.walk_kernel).kernel.ptr, self.walk_smem)
+        return self.walk_kernel, max(1, min(n_tc, per_sm * sms)), self.walk_smem
 
     def check_resident(self, index: int, function: int, grid) -> None:
         """A cooperative launch (`sync grid`) needs every block of the grid resident at once:

@@ -17,7 +17,10 @@ timed with triton.testing.do_bench (median, us):
 - modifiers, `<variant>+<modifier>...`: `bare` (timing only: no products or entries, the floor
   of the variant's occupancy with no epilogue), `early` (the first chunk of places copied with the
   first K chunks instead of after the K loop), `noidx` (timing only: the tile's place from blockIdx,
-  without reading tc_m and tc_n), `empty` (timing only: every block returns at once).
+  without reading tc_m and tc_n), `empty` (timing only: every block returns at once); at K <= 32,
+  where the runtime launches the persistent twin `<kernel>_walk` (each block walks tiles), `onetile`
+  launches the one-tile kernel instead (the modifiers above edit it), and `pnoentries`,
+  `pnoproducts`, `pnowgmma` (timing only) drop the twin's entries, products and wgmma.
 
     source .device/env.sh && python3 benchmarks/probes/sddmm_tile_variants.py [--launch-only] [--k32 | --all] [VARIANT ...]
 
@@ -81,7 +84,9 @@ VARIANTS = {
                          "cs[(r + 8) * CPITCH + c] = acc[i][j][2]; cs[(r + 8) * CPITCH + c + 1] = acc[i][j][3];")],
                     True, T),
 }
-# modifiers, `<variant>+<modifier>...`: name -> (edits, still checked)
+# modifiers, `<variant>+<modifier>...`: name -> (edits, still checked); an edit's text is found in the
+# one-tile kernel, or with this prefix in the persistent twin `<kernel>_walk`
+WALK = "@walk "
 PROLOGUE = "        for (int kt = 0; kt < STAGES - 1; ++kt) if (kt < KT) load(kt); else tk_cp_async_commit();"
 MODIFIERS = {
     # neither products nor entries (timing only: the floor of the variant's occupancy with no epilogue)
@@ -94,12 +99,13 @@ MODIFIERS = {
                 "    const int blk = blockIdx.x;\n    if (blk >= 0) return;\n    {  // ---- a tensor-core tile ----")], False),
     # the tile's place from blockIdx alone, as if every tile of the grid were present (timing only: the
     # cost of the round trip for tc_m and tc_n before the first copy)
-    # the persistent form (K <= 32): no entries written / nor products / no wgmma / no loads after the first tile
-    "pnoentries": ([("for (int q = fc + tid; q < ec; q += THREADS)", "for (int q = fc + tid; q < 0; q += THREADS)")], False),
-    "pnoproducts": ([("if (r < BMP && c < BNP) {", "if (r < 0) {")], False),
-    "pnowgmma": ([("tk_wgmma(acc, da + 2 * kk, db + 2 * kk, kk);", "acc[0][kk][0] += (float)(da + db);")], False),
-    "pnoloads": ([("if (t + G < n_tc) load(s ^ 1, t + G, mn, nn, fn, en); else tk_cp_async_commit();",
-                   "tk_cp_async_commit();")], False),
+    # K <= 32: the one-tile kernel, not its persistent twin `<kernel>_walk` (which the runtime launches without dots)
+    "onetile": ([], True),
+    # the persistent twin (K <= 32), timing only: no entries written / nor products / no wgmma
+    "pnoentries": ([(WALK + "for (int q = fc + tid; q < ec; q += THREADS)", "for (int q = fc + tid; q < 0; q += THREADS)")],
+                   False),
+    "pnoproducts": ([(WALK + "if (r < BMP && c < BNP) {", "if (r < 0) {")], False),
+    "pnowgmma": ([(WALK + "tk_wgmma(acc, da + 2 * kk, db + 2 * kk, kk);", "acc[0][kk][0] += (float)(da + db);")], False),
     "noidx": ([("const int m0 = tc_m[blk] * BM, n0 = tc_n[blk] * BN;",
                 "const int m0 = (blk / ((N + BN - 1) / BN)) * BM, n0 = (blk % ((N + BN - 1) / BN)) * BN;")], False),
 }
@@ -130,9 +136,15 @@ def source(module, stages: int, edits, settings=None) -> str:
         for k, v in saved.items():
             setattr(smem_sddmm, k, v)
     for find, repl in edits:
-        if text.count(find) != 1:
-            raise SystemExit(f"edit `{find}` occurs {text.count(find)} times")
-        text = text.replace(find, repl)
+        kernel = "sddmm_walk(" if find.startswith(WALK) else "sddmm("
+        find = find.removeprefix(WALK)
+        lines = text.split("\n")
+        start = next(i for i, line in enumerate(lines) if line.startswith('extern "C" __global__') and kernel in line)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith('extern "C" __global__')), len(lines))
+        body = "\n".join(lines[start:end])
+        if body.count(find) != 1:
+            raise SystemExit(f"edit `{find}` occurs {body.count(find)} times in {kernel[:-1]}")
+        text = "\n".join(lines[:start] + [body.replace(find, repl)] + lines[end:])
     return text
 
 
@@ -167,6 +179,8 @@ def main() -> int:
             with open(path, "w") as f:
                 f.write(text)
             launch = CudaLaunch(path, text)
+            if "onetile" in name.split("+"):
+                launch.walk_kernel = None
             P = torch.full((nnz,), float("nan"), device="cuda")
             args = [A, B, p.rows, p.cols, P, bt, *plan.cuda_tensors()]
             launch(*args)

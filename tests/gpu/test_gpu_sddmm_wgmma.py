@@ -81,15 +81,17 @@ def test_tile_entries_in_several_chunks(example, threads, cache_dir):
 
 
 @pytest.mark.parametrize("example", ["sddmm", "sddmm_wmma_16x16x16", "sddmm_wmma_32x8x16"])  # csr values, dense, coo values
-@pytest.mark.parametrize("blocks", [1, 5, None])  # None: what is resident at once
+@pytest.mark.parametrize("blocks", [1, 5, None, "one-tile"])  # None: what is resident at once
 def test_persistent_tiles_walked_by_fewer_blocks(example, blocks, monkeypatch, cache_dir):
-    """The persistent wgmma form (K <= 32, passes/smem_sddmm.py `persistent_fits`): each block
-    walks tiles blockIdx.x, + gridDim.x, ... through two stages, so 1 and 5 blocks walk all 24
-    tiles of a 421 x 645 pattern (each block's next tile loaded while it writes this one's
-    entries; its accumulators overwritten by each tile's first k16 step). K = 32 and K = 24 (the
-    last 16-byte vector of each row zero-filled); a 30% dense uniform pattern (tiles of about
-    4900 entries: past the PS places a stage holds, the rest read from tc_pos) and an R-MAT one
-    (tiles from a few entries to dense)."""
+    """The persistent twin of the wgmma tile kernel (K <= 32, passes/smem_sddmm.py
+    `persistent_fits`, `<kernel>_walk`): each block walks tiles blockIdx.x, + gridDim.x, ...
+    through two stages, so 1 and 5 blocks walk all 24 tiles of a 421 x 645 pattern (each block's
+    next tile loaded while it writes this one's entries; its accumulators overwritten by each
+    tile's first k16 step); "one-tile": the one-tile kernel at the same K, which the runtime
+    launches where dot products follow. K = 32 and K = 24 (the last 16-byte vector of each row
+    zero-filled); a 30% dense uniform pattern (tiles of up to about 4900 entries: past the PS
+    places a stage holds, the rest read from tc_pos) and an R-MAT one (tiles from a few entries to
+    dense)."""
     from tkc.cuda_runtime import CudaLaunch
 
     kernel = tkc.compile(os.path.join(ROOT, "examples", f"{example}.tk"), target="cuda", cache_dir=cache_dir,
@@ -97,14 +99,19 @@ def test_persistent_tiles_walked_by_fewer_blocks(example, blocks, monkeypatch, c
     kernel.dot_below = 0
     fmt = kernel.inputs[2].dtype
     grids = []
-    resident = CudaLaunch.tc_blocks
+    tile_launch = CudaLaunch.tile_launch
 
-    def tc_blocks(self, index, n_tc, n_dot):
-        assert self.tc_persistent and n_dot == 0
-        grids.append(min(n_tc, blocks) if blocks else resident(self, index, n_tc, n_dot))
-        return grids[-1]
+    def forced(self, index, n_tc, n_dot):
+        name, grid, smem = tile_launch(self, index, n_tc, n_dot)
+        assert name == self.walk_kernel == self.tc_kernel + "_walk" and n_dot == 0 and smem == self.walk_smem
+        if blocks == "one-tile":
+            name, grid, smem = self.tc_kernel, n_tc, self.smem
+        elif blocks:
+            grid = min(n_tc, blocks)
+        grids.append((name, grid))
+        return name, grid, smem
 
-    monkeypatch.setattr(CudaLaunch, "tc_blocks", tc_blocks)
+    monkeypatch.setattr(CudaLaunch, "tile_launch", forced)
     M, N = 3 * 128 + 37, 5 * 128 + 5
     for seed, (K, nnz, kind) in enumerate([(32, M * N * 3 // 10, "uniform"), (24, 20000, "rmat")]):
         A, B = _operands(M, N, K, torch.float16, 50 + seed)
@@ -112,4 +119,6 @@ def test_persistent_tiles_walked_by_fewer_blocks(example, blocks, monkeypatch, c
         plan = sp.dispatch_plan(sp.as_pattern(p, fmt).to("cuda"), 128, 128, 0)
         assert plan.n_tc == 24 and (seed or int((plan.tc_ptr[1:] - plan.tc_ptr[:-1]).max()) > 2048)
         _check(kernel, A, B, p)
-    assert grids and set(grids) == ({min(24, blocks)} if blocks else {24})  # (an H100/H200 holds 264 of them)
+    walk = "sddmm" if example == "sddmm" else example
+    want = ((walk, 24) if blocks == "one-tile" else (walk + "_walk", min(24, blocks) if blocks else 24))
+    assert grids and set(grids) == {want}  # (an H100/H200 holds 264 of them)

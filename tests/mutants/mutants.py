@@ -888,7 +888,7 @@ MUTANTS: list[Mutant] = [
       "the persistent tile kernel keeps its resident grid where twice the dot products it allows follow it", "cpu",
       tests=("tests/test_programmatic_launch.py",)),
     M("cuda-persistent-grid-one-sm", "tkc/cuda_runtime.py",
-      "return max(1, min(n_tc, per_sm * sms))", "return max(1, min(n_tc, per_sm))",
+      "max(1, min(n_tc, per_sm * sms)), self.walk_smem", "max(1, min(n_tc, per_sm)), self.walk_smem",
       "the persistent tile kernel launches the blocks one SM holds, not the whole GPU's", "cpu",
       tests=("tests/test_programmatic_launch.py",)),
     # caught by no tier yet (tests/mutants/README.md): the quick SDDMM cases have one K chunk, and
