@@ -377,13 +377,11 @@ def _tensor_core_tile(w, T: str, index: str, asyncs: bool, vec: int, tiles, dens
 
 def _persistent_tile(w, T: str, index: str, tiles, dense: bool) -> None:
     """The persistent wgmma form (passes/smem_sddmm.py `persistent_fits`: K <= 32, B read as Bt):
-    block b walks its share of the tiles, a contiguous range [t0, t1) of the plan's (row-major)
-    tile list, through STAGES = 2 stages. While tile t is multiplied and its entries written, tile
-    t + 1's rows of Bt (64-byte rows in the 64-byte swizzle, zero-filled past M, N and K), its
-    rows' first entries (tc_rbase) and its first PS places (tc_pos from a 16-byte boundary) are in
-    flight into the other stage, with its rows of A only where its tile row differs from tile t's
-    (A's rows have two slots of their own, the one in use kept while the tile row lasts), and tile
-    t + 2's indices (tc_m, tc_n, tc_ptr) into registers. A tile: its stage's copies waited for,
+    block b walks tiles t = b, b + G, ... (G = gridDim.x) through STAGES = 2 stages. While tile t
+    is multiplied and its entries written, tile t + G's rows of A and Bt (64-byte rows in the
+    64-byte swizzle, zero-filled past M, N and K), its rows' first entries (tc_rbase) and its first
+    PS places (tc_pos from a 16-byte boundary) are in flight into the other stage, and tile
+    t + 2G's indices (tc_m, tc_n, tc_ptr) into registers. A tile: its stage's copies waited for,
     wgmma m64nBNPk16 per warpgroup over K's k16 steps (the first with accumulate 0, so the
     accumulators need no zeroing), the products to shared memory of their own [BMP][CPITCH] (the
     float2 pairs of the one-tile form), then its entries: P[index] = C[row][col] from the places
@@ -409,21 +407,16 @@ def _persistent_tile(w, T: str, index: str, tiles, dense: bool) -> None:
     w("    const unsigned sdst = static_cast<unsigned>(__cvta_generic_to_shared(smem)) + ROWS_AT + lrow * 64 + "
       "((lv ^ ((lrow / 2) % 4)) * 16);")
     w("    const bool ordered = tc_rbase != nullptr;  // else each entry's index is read from tc_order")
-    w("    // block b's tiles: [t0, t1), an equal share of n_tc (row-major: consecutive tiles mostly share A's rows)")
-    w("    const int per = n_tc / gridDim.x, extra = n_tc % gridDim.x, b = blockIdx.x;")
-    w("    const int t0 = b * per + min(b, extra), t1 = t0 + per + (b < extra);")
-    w("    // tile t into stage s: A's rows into A slot `as` (`new_rows`: else they are there), Bt's rows, then its")
-    w("    // rows' first entries and its first PS places")
-    w("    auto load = [&](const int s, const int as, const bool new_rows, const int t, const int mt, const int nt, "
-      "const int first, const int end) {")
+    w("    const int G = gridDim.x;")
+    w("    // tile t into stage s: A's and Bt's rows, then its rows' first entries and its first PS places")
+    w("    auto load = [&](const int s, const int t, const int mt, const int nt, const int first, const int end) {")
     w("        const int m0 = mt * BM, n0 = nt * BN;")
     w("        const unsigned sa = sdst + s * OPS;")
     w("        if (kin) {")
     w("            #pragma unroll")
     w("            for (int j = 0; j < BMP / RPT; ++j) {")
-    w("                if (!new_rows) break;")
     w("                const bool ok = kok && (M % BM == 0 || m0 + lrow + RPT * j < M);")
-    w("                tk_cp_async<16>(sdst + as * OPS + RPT * j * 64, ok ? A + (size_t)(m0 + lrow + RPT * j) * K + lv * 8 : A, ok);")
+    w("                tk_cp_async<16>(sa + RPT * j * 64, ok ? A + (size_t)(m0 + lrow + RPT * j) * K + lv * 8 : A, ok);")
     w("            }")
     w("            #pragma unroll")
     w("            for (int j = 0; j < (BNP + RPT - 1) / RPT; ++j) {")
@@ -448,31 +441,27 @@ def _persistent_tile(w, T: str, index: str, tiles, dense: bool) -> None:
     w("        }")
     w("        tk_cp_async_commit();")
     w("    };")
-    w("    int t = t0;")
+    w("    int t = blockIdx.x;")
     w("    int mc = tc_m[t], nc = tc_n[t], fc = tc_ptr[t], ec = tc_ptr[t + 1];  // this tile's indices")
     w("    int mn = 0, nn = 0, fn = 0, en = 0;  // the next one's")
-    w("    if (t + 1 < t1) mn = tc_m[t + 1], nn = tc_n[t + 1], fn = tc_ptr[t + 1], en = tc_ptr[t + 2];")
+    w("    if (t + G < n_tc) mn = tc_m[t + G], nn = tc_n[t + G], fn = tc_ptr[t + G], en = tc_ptr[t + G + 1];")
     w("    // launched programmatically after B's transpose: the indices above were written before the call; A and")
     w("    // Bt are read after the transpose has finished. The dot products may launch now.")
     w("    tk_pdl_wait();")
     w("    if (n_dot > 0) tk_pdl_trigger();")
-    w("    int ac = 0;  // this tile's A slot")
-    w("    load(0, ac, true, t, mc, nc, fc, ec);")
+    w("    load(0, t, mc, nc, fc, ec);")
     w("    float acc[FM][FN][4];")
     w("    #pragma unroll 1")
-    w("    for (int s = 0; t < t1; ++t, s ^= 1) {")
-    w("        // the next tile into the other stage (its last readers passed the previous tile's final barrier), A's rows")
-    w("        // into the other slot where its tile row is another (that slot's last tile passed that barrier too)")
-    w("        const int an = mn == mc ? ac : ac ^ 1;")
-    w("        if (t + 1 < t1) load(s ^ 1, an, an != ac, t + 1, mn, nn, fn, en); else tk_cp_async_commit();")
+    w("    for (int s = 0; t < n_tc; t += G, s ^= 1) {")
+    w("        // the next tile into the other stage (its last readers passed the previous tile's final barrier)")
+    w("        if (t + G < n_tc) load(s ^ 1, t + G, mn, nn, fn, en); else tk_cp_async_commit();")
     w("        int m2 = 0, n2 = 0, f2 = 0, e2 = 0;  // the indices of the tile after it, in flight through this one")
-    w("        if (t + 2 < t1) m2 = tc_m[t + 2], n2 = tc_n[t + 2], f2 = tc_ptr[t + 2], e2 = tc_ptr[t + 3];")
+    w("        if (t + 2 * G < n_tc) m2 = tc_m[t + 2 * G], n2 = tc_n[t + 2 * G], f2 = tc_ptr[t + 2 * G], e2 = tc_ptr[t + 2 * G + 1];")
     w("        tk_cp_async_wait<1>();  // this tile's copies are in (the next tile's group is younger)")
     w('        asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");  // cp.async data -> wgmma\'s proxy')
     w("        __syncthreads();")
     w("        const unsigned char* const sa = smem + ROWS_AT + s * OPS;")
-    w("        const unsigned long long da = tk_wgmma_desc64(smem + ROWS_AT + ac * OPS + (warp / 4) * 64 * 64), "
-      "db = tk_wgmma_desc64(sa + BMP * 64);")
+    w("        const unsigned long long da = tk_wgmma_desc64(sa + (warp / 4) * 64 * 64), db = tk_wgmma_desc64(sa + BMP * 64);")
     w('        asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");')
     w("        #pragma unroll")
     w("        for (int kk = 0; kk < KLAST; ++kk)  // 32 bytes along the swizzled rows: the descriptors' address + 2")
@@ -491,7 +480,7 @@ def _persistent_tile(w, T: str, index: str, tiles, dense: bool) -> None:
     _entry(w, "            ", "q - c0 < PS ? ps[q - c0] : tc_pos[q]", index, tiles)
     w("        }")
     w("        __syncthreads();  // the products and this stage are free")
-    w("        mc = mn, nc = nn, fc = fn, ec = en, ac = an;")
+    w("        mc = mn, nc = nn, fc = fn, ec = en;")
     w("        mn = m2, nn = n2, fn = f2, en = e2;")
     w("    }")
 
