@@ -1,6 +1,7 @@
 """CUDA lowering of the sampled gemm (SDDMM, seed 003): a `tiles` grid holding one `tile.sampled_gemm`.
 
-Two kernels in one translation unit (and B's transposition), launched one after the other by
+Two kernels in one translation unit (and B's transposition, and at K <= 32 the tile kernel's
+persistent twin), launched one after the other by
 tkc/cuda_runtime.py over the launch data of tkc.sparse.DispatchPlan (passed after the outputs: B
 transposed as Bt [N, K], then tc_ptr, tc_m, tc_n, tc_order, dot_order, tc_pos, tc_rbase
 (`DispatchPlan.cuda_tensors`), then the counts n_tc and n_dot as ints):
@@ -37,6 +38,15 @@ transposed as Bt [N, K], then tc_ptr, tc_m, tc_n, tc_order, dot_order, tc_pos, t
   128 x 128 wgmma tiles). Writing a chunk's entries waits on no global load. (Against reading
   tc_order and an int32 tc_rc per entry, four at a time per thread: 12 bytes of index and output
   per entry become 6, and a chain of dependent loads per round becomes one copy per chunk.)
+- `<kernel>_walk` (wgmma tiles at K <= 32 reading Bt, passes/smem_sddmm.py `persistent_fits`):
+  the same tiles, persistent. Its grid is what is resident at once, and block b walks tiles b,
+  b + G, ... through two stages of its own shared memory (`CudaTiles.walk`): the products at the
+  base, then per stage A's and Bt's rows (64-byte rows in the 64-byte swizzle), the tile rows'
+  first entries and up to PS places. The next tile's copies and the indices of the one after it
+  are in flight while a tile is multiplied and its entries written; places past PS are read from
+  tc_pos. The runtime launches it instead of `<kernel>` where the dot products are few
+  (tkc/cuda_runtime.py `CudaLaunch.tile_launch`): at 10000^2 with 5M uniform entries, K = 32, the
+  tiles took 52.0 us against 67.3 for a block per tile (H200, 2026-11-29, docs/PERFORMANCE.md).
 - `<kernel>_dots`: DOT_PER_BLOCK entries of dot_order per block, grid cdiv(n_dot,
   DOT_PER_BLOCK), no shared memory (so the tile kernel's shared memory does not limit its
   occupancy). G lanes per entry (each a strided share of K in 16-byte vectors of A's row and

@@ -24,6 +24,11 @@ the estimate is what the kernels declare (tests/test_smem_fit.py: ptxas and Tile
       most 64, halved while the stages exceed SMEM_BUDGET.
     No such kernel when no tile goes to tensor cores (f32/f64 operands, or `dot_below` over
     BM x BN).
+  - `<kernel>_walk`, the wgmma tiles' persistent twin at K <= 32 reading Bt (`persistent_fits`,
+    `CudaTiles.walk`): the products [BMP][BNP + 8] at the 1024-aligned base, then
+    PERSISTENT_STAGES stages of A's rows [BMP] and Bt's rows [BNP] (64-byte rows), then per stage
+    the tile rows' first entries [BMP] i32 and up to PERSISTENT_POS places (as many as keep the
+    blocks per SM that PERSISTENT_POS_MIN allows); none where that is over the limit.
   - `<kernel>_transpose_b` (B -> Bt): a static [64][64 + one 16-byte vector] tile of B's dtype.
   - `<kernel>_dots`: none.
 * `tilelang` (`tilelang_tiles`), the tile kernel: `A_tile` [TM, BK] and `B_tile` [BK, TN], two
