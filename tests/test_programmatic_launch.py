@@ -33,6 +33,10 @@ def test_every_kernel_waits_before_its_first_memory_access(path):
     if name.startswith("sddmm"):  # sampled gemm: a transpose and two kernels per call
         assert not launch.pdl
         _sampled_kernels_wait_before_reading_bt(source)
+        # at K = 32 the tile kernel's persistent twin too (`<kernel>_walk`)
+        walk = cuda.emit(driver.optimize(driver.frontend(path, {"K": 32}), "cuda"))
+        assert (cuda_runtime.CudaLaunch(path, walk).walk_kernel is not None) == (name == "sddmm")
+        _sampled_kernels_wait_before_reading_bt(walk)
         return
     assert "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");" in source
     lines = source.splitlines()
