@@ -735,3 +735,21 @@ def test_explain_states_the_split_it_makes(tile, choice):
     assert choice in text
     if tile:
         assert "% of its" not in text
+
+
+@pytest.mark.parametrize("k, target, walk", [(32, "cuda", True), (256, "cuda", False), (32, "tilelang-cpu", False)])
+def test_explain_states_when_the_tiles_walk(k, target, walk, tmp_path):
+    """`tkc compile --explain` through `cuda` at K <= 32 adds the launch choice each call makes
+    (tkc/cuda_runtime.py `CudaLaunch.tile_launch`): the persistent `sddmm_walk` where the dot
+    products are at most PERSISTENT_DOTS_PER_TILE per tile, else `sddmm` a block per tile."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "tkc.cli", "--cache-dir", str(tmp_path), "compile",
+                          os.path.join(ROOT, "examples", "sddmm.tk"), "--target", target, "--explain", "-D", f"K={k}"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    line = ("  launch (cuda): a call whose dot products are at most 16 per tensor-core tile runs the tiles on "
+            "`sddmm_walk`, the blocks resident at once each walking tiles (")
+    assert (line in out.stdout) == walk, out.stdout
+    assert "sparse-dispatch for `S`" in out.stdout

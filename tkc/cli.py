@@ -222,7 +222,7 @@ def cmd_compile(args) -> int:
     if args.explain:  # the code is still written with -o
         from passes.sparse_dispatch import explain
 
-        lines = model_lines + explain(artifact.module)
+        lines = model_lines + explain(artifact.module) + _explain_walk(artifact)
         print("\n".join(lines) if lines else f"{args.file}: no pass decisions to explain (no sampled gemm; "
               "`--schedule model` explains the cost model's choice of constants)")
         if not args.output:
@@ -232,6 +232,24 @@ def cmd_compile(args) -> int:
         return 0
     _write_atomic(args.output, artifact.source)
     return 0
+
+
+def _explain_walk(artifact) -> list[str]:
+    """The `cuda` sampled gemm's choice at each call (tkc/cuda_runtime.py `CudaLaunch.tile_launch`)
+    where its tile kernel has a persistent twin (K <= 32, codegen/cuda_sddmm.py)."""
+    if artifact.target != "cuda":
+        return []
+    from codegen.cuda import launch_config
+
+    sddmm = launch_config(artifact.source).get("sddmm", {})
+    if not sddmm.get("walk_kernel"):
+        return []
+    from tkc.cuda_runtime import PERSISTENT_DOTS_PER_TILE
+
+    return [f"  launch (cuda): a call whose dot products are at most {PERSISTENT_DOTS_PER_TILE} per tensor-core tile "
+            f"runs the tiles on `{sddmm['walk_kernel']}`, the blocks resident at once each walking tiles "
+            f"({sddmm['walk_smem']} bytes of shared memory per block); other calls run `{sddmm['tc_kernel']}`, "
+            "a block per tile, beside the dot products"]
 
 
 def _model_schedule(path: str, defines: dict[str, int], dynamic: tuple[str, ...]):
