@@ -180,6 +180,9 @@ def emit(module: Module) -> str:
       f"`{dots}` over the dot-product entries (grid cdiv(n_dot, {dot_per_block}), no shared memory); block "
       f"({threads}, 1, 1); the counts come from the pattern's DispatchPlan." if tc else
       f"// Launch: `{dots}` over every entry as a dot product (grid cdiv(n_dot, {dot_per_block}), block ({threads}, 1, 1)).")
+    if tc and tiles.walk is not None:
+        w(f"// Also `{kname}_walk`: the same tiles, persistent (grid: the blocks resident at once, dynamic shared memory "
+          f"{tiles.walk.smem} bytes), launched instead of `{kname}` where the dot products are few.")
     w(f"// Tiles with fewer than {op.attrs.get('dot_below', 0)} entries are dot products "
       f"(sparse-dispatch){'' if tc else '; this kernel has no tensor-core path (' + dt + ' operands)'}.")
     w(f"// Build: nvcc -arch={ARCH} -cubin -O3 kernel.cu (tkc.compile(..., target=\"cuda\") does it)")

@@ -143,7 +143,7 @@ class CudaLaunch:
         self.pdl = bool(config.get("pdl")) and not sddmm
         # `sync grid` (codegen: cg::this_grid().sync()): launched with the cooperative attribute
         self.cooperative = bool(config.get("cooperative"))
-        self._resident: dict[int, tuple[int, int]] = {}  # device index -> (blocks resident per SM, SMs)
+        self._resident: dict[tuple, tuple[int, int]] = {}  # (device index, CUfunction) -> (blocks per SM, SMs)
         self._sampled_state = threading.local()  # per thread: a sampled gemm's launches (_sampled)
 
     def function(self, index: int, name: str | None = None):
