@@ -200,17 +200,6 @@ class CudaTiles:
                         f", after those ({self.pos_cap} entries" + (f"; the first {self.pos_pre} in bytes of their "
                                                                      "own, copied as the K loop ends)" if self.pos_pre
                                                                      else ")"))
-        if self.persistent:
-            elems = self.row_bytes // DTYPES[self.dtype][0]
-            return [Staged("the f32 products", self.bmp, self.cpitch, PRODUCT_PAD, "f32", 1,
-                           f", bytes of their own; {WGMMA_SLACK} bytes to align the stages"),
-                    Staged(f"`{a}`'s rows (K in one chunk)", self.bmp, elems, 0, self.dtype, self.stages),
-                    Staged(f"`{b}`'s columns (B transposed, K in one chunk)", self.bnp, elems, 0, self.dtype,
-                           self.stages),
-                    Staged("each tile row's first entry (tc_rbase)", 1, self.bmp, 0, "i32", self.stages),
-                    Staged(f"the tile's entries' places (tc_pos, {self.pos_bytes} bytes each)", 1,
-                           self.pos_stage * self.pos_bytes // 4, 0, "i32", self.stages,
-                           f" ({self.pos_stage} entries per tile; a tile's others are read from tc_pos)")]
         if self.wgmma:
             return [Staged(f"`{a}`'s rows in K chunks", self.bmp, self.apitch, 0, self.dtype, self.stages),
                     (Staged(f"`{b}`'s rows in K chunks (groups of 64 columns)", self.bk, self.bnp, 0, self.dtype,
