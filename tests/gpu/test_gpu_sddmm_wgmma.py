@@ -3,8 +3,10 @@ passes/smem_sddmm.py `wgmma_fits`) on the GPU, in the quick tier (not `slow`: `c
 seconds): every tile forced onto tensor cores, at tilings that pad BN to 8 and use 1 to 3
 warpgroups, M and N cutting the tiles, K of one mostly zero-filled chunk, a partial second chunk
 and four chunks, B read transposed (Bt, K-major) and read itself (N-major, N % 8 == 0); values
-and dense P; against torch in float64 with tests/gpu/test_gpu_sddmm.py's
-fenced check (a store outside P or an entry left unwritten fails).
+and dense P; at K <= 32 the persistent twin `<kernel>_walk` (which the runtime launches without
+dot products) walked by 1, 5 and the resident blocks, and the one-tile kernel at the same K;
+against torch in float64 with tests/gpu/test_gpu_sddmm.py's fenced check (a store outside P or an
+entry left unwritten fails).
 
 Run on the device machine: `python3 -m pytest -q -m gpu tests/gpu/test_gpu_sddmm_wgmma.py`.
 """
