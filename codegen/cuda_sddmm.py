@@ -242,7 +242,7 @@ def emit(module: Module) -> str:
         w("// the same tiles, persistent: tiles blockIdx.x, + gridDim.x, ... (the grid is what is resident at once)")
         w(f"extern \"C\" __global__ void __launch_bounds__({threads}) {kname}_walk{head} {{")
         w("    const int tid = threadIdx.x;")
-        _persistent_tile(w, T, index, tiles.walk, dense)
+        _persistent_tile(w, index, tiles.walk)
         w("}")
         w("")
     _transpose(w, f"{kname}_transpose_b", T, N % vec == 0 and K % vec == 0, vec)
@@ -388,7 +388,7 @@ def _tensor_core_tile(w, T: str, index: str, asyncs: bool, vec: int, tiles, dens
     w("    }")
 
 
-def _persistent_tile(w, T: str, index: str, tiles, dense: bool) -> None:
+def _persistent_tile(w, index: str, tiles) -> None:
     """The persistent wgmma form (passes/smem_sddmm.py `persistent_fits`: K <= 32, B read as Bt):
     block b walks tiles t = b, b + G, ... (G = gridDim.x) through STAGES = 2 stages. While tile t
     is multiplied and its entries written, tile t + G's rows of A and Bt (64-byte rows in the

@@ -121,6 +121,5 @@ def test_persistent_tiles_walked_by_fewer_blocks(example, blocks, monkeypatch, c
         plan = sp.dispatch_plan(sp.as_pattern(p, fmt).to("cuda"), 128, 128, 0)
         assert plan.n_tc == 24 and (seed or int((plan.tc_ptr[1:] - plan.tc_ptr[:-1]).max()) > 2048)
         _check(kernel, A, B, p)
-    walk = "sddmm" if example == "sddmm" else example
-    want = ((walk, 24) if blocks == "one-tile" else (walk + "_walk", min(24, blocks) if blocks else 24))
+    want = (example, 24) if blocks == "one-tile" else (example + "_walk", min(24, blocks) if blocks else 24)
     assert grids and set(grids) == {want}  # (an H100/H200 holds 264 of them)
