@@ -77,6 +77,10 @@ from passes.targets import DEFAULT_SM, SMEM_LIMITS
 ARCH = "sm_90a"
 DOT_ENTRIES = 4  # entries a group of lanes computes at once (their loads overlap)
 DOT_ITERS = 2  # rounds of those per block
+DOT_THREADS = None  # the dot-product kernel's block (None: the kernel's `threads`)
+DOT_A_EARLY = False  # a round's vectors of A loaded before the PDL wait (while B's transpose runs), where a lane
+DOT_A_EARLY_STEPS = 2  # holds at most this many vectors of K per entry
+DOT_REUSE_A = False  # an entry on the same row as the group's entry before it takes that entry's vector of A
 # a tile's first PRE entries' places: copied while its last K chunk's wgmma run (after the K loop, so
 # its cp.async waits count the chunks' groups alone: before the first chunks' loads it delayed them;
 # inside the loop it cost 8-22 registers)
@@ -143,7 +147,8 @@ def emit(module: Module) -> str:
     while g < 32 and K >= (g * 2) * vec * DOT_LANE_VECTORS:
         g *= 2
     e_per, iters = DOT_ENTRIES, DOT_ITERS
-    dot_per_block = (threads // g) * e_per * iters
+    dot_threads = DOT_THREADS or threads
+    dot_per_block = (dot_threads // g) * e_per * iters
     mm, mn, _ = MMA_SHAPE
     bmp, bnp, kp, bk = tiles.bmp, tiles.bnp, tiles.kp, tiles.bk
     apitch, bpitch, cpitch, stage_elems = tiles.apitch, tiles.bpitch, tiles.cpitch, tiles.stage_elems
@@ -162,8 +167,8 @@ def emit(module: Module) -> str:
     dots = f"{kname}_dots"
     # `kernel`/`grid` name what one launch runs when there is one kernel (the CPU emulation runs it)
     config = {"kernel": kname if tc else dots, "grid": [max(tiles_bound if tc else -(-nnz // dot_per_block), 1), 1, 1],
-              "block": [threads, 1, 1], "cluster": [1, 1, 1], "smem_bytes": smem,
-              "sddmm": {"dot_per_block": dot_per_block, "dot_kernel": dots, "tc_kernel": kname if tc else None,
+              "block": [threads if tc else dot_threads, 1, 1], "cluster": [1, 1, 1], "smem_bytes": smem,
+              "sddmm": {"dot_per_block": dot_per_block, "dot_threads": dot_threads, "dot_kernel": dots, "tc_kernel": kname if tc else None,
                         "transpose_kernel": f"{kname}_transpose_b", "transpose_tile": TRANSPOSE_TILE,
                         "transpose_threads": TRANSPOSE_THREADS, "tc_reads_bt": tiles.wgmma and not tiles.reads_b,
                         "walk_kernel": f"{kname}_walk" if tc and tiles.walk else None,
@@ -177,9 +182,9 @@ def emit(module: Module) -> str:
     form = ("wgmma m64n%dk16 per warpgroup, reading %s" % (bnp, "B" if tiles.reads_b else "Bt") if tc and tiles.wgmma
             else "mma.sync m16n8k16")
     w(f"// Launch: `{kname}` over the n_tc tensor-core tiles ({form}; grid n_tc, dynamic shared memory {smem} bytes), then "
-      f"`{dots}` over the dot-product entries (grid cdiv(n_dot, {dot_per_block}), no shared memory); block "
-      f"({threads}, 1, 1); the counts come from the pattern's DispatchPlan." if tc else
-      f"// Launch: `{dots}` over every entry as a dot product (grid cdiv(n_dot, {dot_per_block}), block ({threads}, 1, 1)).")
+      f"`{dots}` over the dot-product entries (grid cdiv(n_dot, {dot_per_block}), block ({dot_threads}, 1, 1), no shared "
+      f"memory); tile block ({threads}, 1, 1); the counts come from the pattern's DispatchPlan." if tc else
+      f"// Launch: `{dots}` over every entry as a dot product (grid cdiv(n_dot, {dot_per_block}), block ({dot_threads}, 1, 1)).")
     if tc and tiles.walk is not None:
         w(f"// Also `{kname}_walk`: the same tiles, persistent (grid: the blocks resident at once, dynamic shared memory "
           f"{tiles.walk.smem} bytes), launched instead of `{kname}` where the dot products are few.")
@@ -200,7 +205,8 @@ def emit(module: Module) -> str:
     w("// ---- kernel --------------------------------------------------------------------------------")
     w("")
     w(f"constexpr int M = {M}, N = {N}, K = {K}, BM = {bm}, BN = {bn};")
-    w(f"constexpr int THREADS = {threads}, G = {g}, E = {e_per}, ITERS = {iters}, DOT_PER_BLOCK = {dot_per_block};")
+    w(f"constexpr int THREADS = {threads}, DOT_THREADS = {dot_threads}, G = {g}, E = {e_per}, ITERS = {iters}, "
+      f"DOT_PER_BLOCK = {dot_per_block};")
     if tc:
         w(f"constexpr int BMP = {bmp}, BNP = {bnp}, BK = {bk}, APITCH = {apitch}, BPITCH = {bpitch}, CPITCH = {cpitch}, "
           f"STAGES = {tiles.stages}, STAGE = {stage_elems};")
@@ -247,9 +253,9 @@ def emit(module: Module) -> str:
         w("")
     _transpose(w, f"{kname}_transpose_b", T, N % vec == 0 and K % vec == 0, vec)
     w("// DOT_PER_BLOCK dot-product entries per block")
-    w(f"extern \"C\" __global__ void __launch_bounds__({threads}) {dots}{head} {{")
+    w(f"extern \"C\" __global__ void __launch_bounds__({dot_threads}) {dots}{head} {{")
     w("    const int tid = threadIdx.x;")
-    _dot_products(w, T, dense, kvec, vec)
+    _dot_products(w, T, dense, kvec, vec, K, g)
     w("}")
     return "\n".join(L) + "\n"
 
@@ -741,7 +747,7 @@ def _transpose(w, name: str, T: str, vectors: bool, vec: int) -> None:
     w("")
 
 
-def _dot_products(w, T: str, dense: bool, kvec: bool, vec: int) -> None:
+def _dot_products(w, T: str, dense: bool, kvec: bool, vec: int, K: int, g: int) -> None:
     """Blocks from n_tc on: DOT_PER_BLOCK entries of dot_order, E at a time per group of G lanes
     (all their loads in flight together), a shuffle reduction over the group. Every lane runs the
     same trip counts, so whole warps reach the shuffles."""
@@ -752,7 +758,7 @@ def _dot_products(w, T: str, dense: bool, kvec: bool, vec: int) -> None:
     w("    const int grp = tid / G, gl = tid % G;")
     w("    #pragma unroll 1")
     w("    for (int it = 0; it < ITERS; ++it) {")
-    w("        const int base = first + (it * (THREADS / G) + grp) * E;")
+    w("        const int base = first + (it * (DOT_THREADS / G) + grp) * E;")
     w("        int e[E], r[E], c[E];")
     w("        #pragma unroll")
     w("        for (int u = 0; u < E; ++u) e[u] = base + u < n_dot ? dot_order[base + u] : -1;")
@@ -761,18 +767,45 @@ def _dot_products(w, T: str, dense: bool, kvec: bool, vec: int) -> None:
     w("            r[u] = e[u] >= 0 ? rows[e[u]] : 0;")
     w("            c[u] = e[u] >= 0 ? cols[e[u]] : 0;")
     w("        }")
-    w("        // launched programmatically after the kernel before it (B's transpose, or the tiles): the indices")
-    w("        // were written before the call, Bt and P only after that kernel has finished")
-    w("        if (it == 0) tk_pdl_wait();")
     w("        float sum[E];")
     w("        #pragma unroll")
     w("        for (int u = 0; u < E; ++u) sum[u] = 0.0f;")
-    if kvec:
+    wait = ("        if (it == 0) tk_pdl_wait();  // launched programmatically after the kernel before it (B's transpose, "
+            "or the tiles): A and the indices were written before the call, Bt and P only after that kernel has finished")
+    steps = -(-K // (g * vec))  # 16-byte vectors of K per lane
+    if kvec and DOT_A_EARLY and steps <= DOT_A_EARLY_STEPS:
+        w(f"        alignas(16) {T} av[{steps}][E][{vec}];  // the lane's share of A's rows, loaded before the wait")
+        w("        #pragma unroll")
+        w(f"        for (int s = 0; s < {steps}; ++s)")
+        w("            #pragma unroll")
+        w(f"            for (int u = 0; u < E; ++u)  // (an entry past the end reads row 0: in bounds, unused)")
+        w(f"                if (gl * {vec} + s * G * {vec} < K) tk_load<16>(av[s][u], A + (size_t)r[u] * K + gl * {vec} + s * G * {vec});")
+        w(wait)
+        w("        #pragma unroll")
+        w(f"        for (int s = 0; s < {steps}; ++s) {{")
+        w(f"            const int k = gl * {vec} + s * G * {vec};")
+        w("            if (k >= K) continue;")
+        w(f"            alignas(16) {T} bv[E][{vec}];")
+        w("            #pragma unroll")
+        w("            for (int u = 0; u < E; ++u) tk_load<16>(bv[u], Bt + (size_t)c[u] * K + k);")
+        w("            #pragma unroll")
+        w("            for (int u = 0; u < E; ++u)")
+        w("                #pragma unroll")
+        w(f"                for (int t = 0; t < {vec}; ++t) sum[u] = fmaf(tk_f(av[s][u][t]), tk_f(bv[u][t]), sum[u]);")
+        w("        }")
+    elif kvec:
+        w(wait)
         w(f"        for (int k = gl * {vec}; k < K; k += G * {vec}) {{")
         w(f"            alignas(16) {T} av[E][{vec}], bv[E][{vec}];")
         w("            #pragma unroll")
         w("            for (int u = 0; u < E; ++u) {  // (an entry past the end reads row 0: in bounds, unused)")
-        w("                tk_load<16>(av[u], A + (size_t)r[u] * K + k);")
+        if DOT_REUSE_A:  # dot_order is sorted by row: an entry on the row of the one before reuses its vector of A
+            w("                if (u == 0 || r[u] != r[u - 1]) tk_load<16>(av[u], A + (size_t)r[u] * K + k);")
+            w("                else")
+            w("                    #pragma unroll")
+            w(f"                    for (int t = 0; t < {vec}; ++t) av[u][t] = av[u - 1][t];")
+        else:
+            w("                tk_load<16>(av[u], A + (size_t)r[u] * K + k);")
         w("                tk_load<16>(bv[u], Bt + (size_t)c[u] * K + k);")
         w("            }")
         w("            #pragma unroll")
@@ -781,6 +814,7 @@ def _dot_products(w, T: str, dense: bool, kvec: bool, vec: int) -> None:
         w(f"                for (int t = 0; t < {vec}; ++t) sum[u] = fmaf(tk_f(av[u][t]), tk_f(bv[u][t]), sum[u]);")
         w("        }")
     else:
+        w(wait)
         w("        for (int k = gl; k < K; k += G)")
         w("            #pragma unroll")
         w("            for (int u = 0; u < E; ++u)")

@@ -275,7 +275,9 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
             else:
                 want.append((launch.tc_kernel, (n_tc, 1, 1), launch.block, ptrs + [n_tc, n_dot], launch.smem))
         if n_dot:
-            want.append((launch.dot_kernel, (-(-n_dot // launch.dot_per_block), 1, 1), launch.block,
+            # the dot kernel's own block: the DOT_THREADS of the generated source
+            dot_threads = int(re.search(r"DOT_THREADS = (\d+)", launch.source).group(1))
+            want.append((launch.dot_kernel, (-(-n_dot // launch.dot_per_block), 1, 1), (dot_threads, 1, 1),
                          ptrs + [n_tc, n_dot], 0))
         assert launched == want
         assert programmatic_at == (list(range(0 if context else 1, len(want))) if pdl else [])

@@ -130,6 +130,7 @@ class CudaLaunch:
         sddmm = config.get("sddmm", {})
         self.tc_reads_bt = bool(sddmm.get("tc_reads_bt"))
         self.dot_per_block, self.dot_kernel = sddmm.get("dot_per_block"), sddmm.get("dot_kernel")
+        self.dot_block = (sddmm.get("dot_threads") or self.block[0], 1, 1)
         self.tc_kernel = sddmm.get("tc_kernel")
         # the tile kernel's persistent twin (K <= 32): its blocks walk the tiles, the grid what is resident
         self.walk_kernel, self.walk_smem = sddmm.get("walk_kernel"), int(sddmm.get("walk_smem", 0))
@@ -286,7 +287,7 @@ class CudaLaunch:
             name, grid, smem = self.tile_launch(index, n_tc, n_dot)
             kernels.append((name, (grid, 1, 1), self.block, smem, False))
         if n_dot:
-            kernels.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.block, 0, False))
+            kernels.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.dot_block, 0, False))
         return kernels
 
     def _sampled_launches(self, index: int, handle: int, n_args: int, n_tc: int, n_dot: int, fill_bt: bool, shape_b,

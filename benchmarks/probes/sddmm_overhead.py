@@ -75,7 +75,7 @@ def parts(kernel, A, B, p) -> None:
         args = [t.data_ptr() for t in tensors] + [plan.n_tc, plan.n_dot]
         values = (ctypes.c_uint64 * len(args))(*args)
         params = cr._params(values)
-        config, _ = cr._launch_config((-(-plan.n_dot // jit.dot_per_block), 1, 1), jit.block, 0,
+        config, _ = cr._launch_config((-(-plan.n_dot // jit.dot_per_block), 1, 1), jit.dot_block, 0,
                                       cr._raw_stream(torch, 0), False, False)
         function, launch = jit.function(0, jit.dot_kernel).kernel.ptr, cr._cu_launch_kernel_ex()
         rows += [("one bare cuLaunchKernelEx (dot products)", lambda: launch(ctypes.byref(config), function, params, None)),

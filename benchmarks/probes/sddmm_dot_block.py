@@ -1,0 +1,117 @@
+"""Probe (issue 12): the block of the SDDMM dot-product kernel (`<kernel>_dots`, examples/sddmm.tk
+through `cuda`, the cost model's split). Each variant sets codegen/cuda_sddmm.py's DOT_THREADS
+(threads per block), DOT_ITERS (rounds per block) and DOT_ENTRIES (entries a group of lanes
+computes at once) and times the whole call's kernels (B's transpose, the tiles, the dot products)
+on the same launch data, checked against float64 torch at the entries:
+- `cold`: triton.testing.do_bench's median, which clears 256 MB before each call (what
+  benchmarks/sddmm.py reports per call, where the host keeps up);
+- `graph`: a CUDA graph of 20 calls replayed (L2 warm; benchmarks/sddmm.py's graph column).
+
+Question: at 4000^2 with 88k uniform entries every entry is a dot product, and 688 blocks of
+256 threads fill 1.3 waves at 4 blocks per SM (60 registers), while examples/sddmm_wmma_8x32x16.tk,
+whose blocks are one warp, took 16.5 us per call against sddmm.tk's 18.7 (H200, 2026-11-29).
+
+    source .device/env.sh && python3 benchmarks/probes/sddmm_dot_block.py [VARIANT ...]
+
+VARIANT is `T-I-E[-reuse][-early][-given]` (e.g. 128-2-4; `-reuse`: DOT_REUSE_A; `-early`: DOT_A_EARLY; `-given`: the timed calls are given
+Bt and launch no transpose, the transpose's share of the call); the default list is below.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+from triton.testing import do_bench
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+for path in (ROOT, HERE):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+import tkc  # noqa: E402
+from codegen import cuda_sddmm  # noqa: E402
+from sddmm_overhead import graph_us  # noqa: E402
+from tkc import cuda_runtime  # noqa: E402
+from tkc import sparse as sp  # noqa: E402
+
+# (M, N, K, nnz, pattern)
+SHAPES = [(4000, 4000, 256, 88_000, "uniform"), (4000, 4000, 256, 88_000, "rmat"),
+          (2000, 12000, 256, 746_000, "rmat"), (3000, 7000, 256, 313_000, "uniform"),
+          (8000, 8000, 256, 640_000, "uniform"), (10000, 10000, 256, 1_000_000, "uniform"),
+          (37000, 37000, 256, 368_000, "uniform"), (10000, 10000, 32, 5_000_000, "rmat")]
+VARIANTS = ["256-2-4", "32-2-4", "32-2-4-early", "32-1-4-early", "64-2-4-early", "32-2-4-given", "32-2-4-early-given"]
+
+
+SETTINGS = ("DOT_THREADS", "DOT_ITERS", "DOT_ENTRIES", "DOT_REUSE_A", "DOT_A_EARLY")
+
+
+def source(module, name: str) -> str:
+    """The generated CUDA with the settings of variant `name`."""
+    t, i, e = (int(x) for x in name.split("-")[:3])
+    values = (t, i, e, "-reuse" in name, "-early" in name)
+    saved = [getattr(cuda_sddmm, k) for k in SETTINGS]
+    for k, v in zip(SETTINGS, values):
+        setattr(cuda_sddmm, k, v)
+    try:
+        return cuda_sddmm.emit(module)
+    finally:
+        for k, v in zip(SETTINGS, saved):
+            setattr(cuda_sddmm, k, v)
+
+
+def main() -> int:
+    names = [a for a in sys.argv[1:] if not a.startswith("--")] or VARIANTS
+    tmp = tempfile.mkdtemp()
+    print(f"GPU: {torch.cuda.get_device_name()}")
+    cases = []
+    for M, N, K, nnz, kind in SHAPES:
+        p = (sp.uniform(M, N, nnz, seed=1) if kind == "uniform" else sp.rmat(M, N, nnz, seed=1)).to("cuda")
+        A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        kernel = tkc.compile(os.path.join(ROOT, "examples/sddmm.tk"), target="cuda")
+        artifact, _ = kernel.specialize(kernel.bind_dims([A, B, p]))
+        _, op = cuda_sddmm.sampled_launch(artifact.module)
+        plan = sp.dispatch_plan(p, 128, 128, op.attrs.get("dot_below", 0))
+        for name in names:
+            path = os.path.join(tmp, f"{M}x{N}-{K}-{nnz}-{kind}-{name}.cu")
+            with open(path, "w") as f:
+                f.write(source(artifact.module, name))
+            cases.append(((M, N, K, p.nnz, kind), name, path, (A, B, p, plan)))
+    with ThreadPoolExecutor(16) as pool:  # nvcc, in parallel
+        list(pool.map(lambda c: cuda_runtime.compile_cubin(c[2], cuda_sddmm.ARCH), cases))
+    print("| shape | variant | n_tc | n_dot | cold us | graph us | max rel err |")
+    print("|---|---|---|---|---|---|---|")
+    ref_of = {}
+    for shape, name, path, (A, B, p, plan) in cases:
+        M, N, K, nnz, kind = shape
+        if shape not in ref_of:
+            rows, cols = p.rows.long(), p.cols.long()
+            ref_of[shape] = torch.cat([(A[rows[i:i + (1 << 20)]].double() * B[:, cols[i:i + (1 << 20)]].t().double()).sum(1)
+                                       for i in range(0, nnz, 1 << 20)])
+        ref = ref_of[shape]
+        with open(path) as f:
+            launch = cuda_runtime.CudaLaunch(path, f.read())
+        P = torch.full((nnz,), float("nan"), device="cuda")
+        bt = torch.empty(N, K, device="cuda", dtype=A.dtype)
+        args = [A, B, p.rows, p.cols, P, bt, *plan.cuda_tensors()]
+        launch(*args, fill_bt=True)
+        torch.cuda.synchronize()
+        err = ((P.double() - ref).abs().max() / ref.abs().max()).item()
+        label = f"{M}x{N} K{K} {nnz} {kind}"
+        if not err < 1e-5:
+            print(f"| {label} | {name} | | | WRONG | | {err:.1e} |", flush=True)
+            continue
+        fill = not name.endswith("-given")  # `-given`: Bt filled by the first call, not transposed in the timed ones
+        cold = do_bench(lambda: launch(*args, fill_bt=fill), warmup=50, rep=300) * 1e3
+        warm = graph_us(lambda: launch(*args, fill_bt=fill))
+        print(f"| {label} | {name} | {plan.n_tc} | {plan.n_dot} | {cold:.1f} | {warm:.1f} | {err:.1e} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
