@@ -47,8 +47,8 @@ transposed as Bt [N, K], then tc_ptr, tc_m, tc_n, tc_order, dot_order, tc_pos, t
   tc_pos. The runtime launches it instead of `<kernel>` where the dot products are few
   (tkc/cuda_runtime.py `CudaLaunch.tile_launch`): at 10000^2 with 5M uniform entries, K = 32, the
   tiles took 52.0 us against 67.3 for a block per tile (H200, 2026-11-29, docs/PERFORMANCE.md).
-- `<kernel>_dots`: DOT_PER_BLOCK entries of dot_order per block, grid cdiv(n_dot,
-  DOT_PER_BLOCK), no shared memory (so the tile kernel's shared memory does not limit its
+- `<kernel>_dots`: DOT_PER_BLOCK entries of dot_order per block of DOT_THREADS (a warp), grid
+  cdiv(n_dot, DOT_PER_BLOCK), no shared memory (so the tile kernel's shared memory does not limit its
   occupancy). G lanes per entry (each a strided share of K in 16-byte vectors of A's row and
   Bt's row, f32 fma), E entries per group at once so their loads overlap, a shuffle reduction
   over the G lanes. dot_order is sorted by row, so consecutive entries reuse A's row in L1.
@@ -77,10 +77,10 @@ from passes.targets import DEFAULT_SM, SMEM_LIMITS
 ARCH = "sm_90a"
 DOT_ENTRIES = 4  # entries a group of lanes computes at once (their loads overlap)
 DOT_ITERS = 2  # rounds of those per block
-DOT_THREADS = None  # the dot-product kernel's block (None: the kernel's `threads`)
-DOT_A_EARLY = False  # a round's vectors of A loaded before the PDL wait (while B's transpose runs), where a lane
-DOT_A_EARLY_STEPS = 2  # holds at most this many vectors of K per entry
-DOT_REUSE_A = False  # an entry on the same row as the group's entry before it takes that entry's vector of A
+# the dot-product kernel's block, a warp: 5500 blocks of 16 entries at 4000^2 with 88k entries fill the SMs
+# evenly where 688 blocks of 256 threads (4 per SM at 67 registers) made 1.3 waves: 18.6 -> 16.4 us per call,
+# 10000^2 with 1M entries 89.6 -> 80.5 (H200, benchmarks/probes/sddmm_dot_block.py, docs/PERFORMANCE.md)
+DOT_THREADS = 32
 # a tile's first PRE entries' places: copied while its last K chunk's wgmma run (after the K loop, so
 # its cp.async waits count the chunks' groups alone: before the first chunks' loads it delayed them;
 # inside the loop it cost 8-22 registers)
@@ -147,7 +147,7 @@ def emit(module: Module) -> str:
     while g < 32 and K >= (g * 2) * vec * DOT_LANE_VECTORS:
         g *= 2
     e_per, iters = DOT_ENTRIES, DOT_ITERS
-    dot_threads = DOT_THREADS or threads
+    dot_threads = DOT_THREADS
     dot_per_block = (dot_threads // g) * e_per * iters
     mm, mn, _ = MMA_SHAPE
     bmp, bnp, kp, bk = tiles.bmp, tiles.bnp, tiles.kp, tiles.bk
@@ -168,7 +168,8 @@ def emit(module: Module) -> str:
     # `kernel`/`grid` name what one launch runs when there is one kernel (the CPU emulation runs it)
     config = {"kernel": kname if tc else dots, "grid": [max(tiles_bound if tc else -(-nnz // dot_per_block), 1), 1, 1],
               "block": [threads if tc else dot_threads, 1, 1], "cluster": [1, 1, 1], "smem_bytes": smem,
-              "sddmm": {"dot_per_block": dot_per_block, "dot_threads": dot_threads, "dot_kernel": dots, "tc_kernel": kname if tc else None,
+              "sddmm": {"dot_per_block": dot_per_block, "dot_threads": dot_threads, "dot_kernel": dots,
+                        "tc_kernel": kname if tc else None,
                         "transpose_kernel": f"{kname}_transpose_b", "transpose_tile": TRANSPOSE_TILE,
                         "transpose_threads": TRANSPOSE_THREADS, "tc_reads_bt": tiles.wgmma and not tiles.reads_b,
                         "walk_kernel": f"{kname}_walk" if tc and tiles.walk else None,
@@ -255,7 +256,7 @@ def emit(module: Module) -> str:
     w("// DOT_PER_BLOCK dot-product entries per block")
     w(f"extern \"C\" __global__ void __launch_bounds__({dot_threads}) {dots}{head} {{")
     w("    const int tid = threadIdx.x;")
-    _dot_products(w, T, dense, kvec, vec, K, g)
+    _dot_products(w, T, dense, kvec, vec)
     w("}")
     return "\n".join(L) + "\n"
 
@@ -747,7 +748,7 @@ def _transpose(w, name: str, T: str, vectors: bool, vec: int) -> None:
     w("")
 
 
-def _dot_products(w, T: str, dense: bool, kvec: bool, vec: int, K: int, g: int) -> None:
+def _dot_products(w, T: str, dense: bool, kvec: bool, vec: int) -> None:
     """Blocks from n_tc on: DOT_PER_BLOCK entries of dot_order, E at a time per group of G lanes
     (all their loads in flight together), a shuffle reduction over the group. Every lane runs the
     same trip counts, so whole warps reach the shuffles."""
@@ -767,45 +768,18 @@ def _dot_products(w, T: str, dense: bool, kvec: bool, vec: int, K: int, g: int) 
     w("            r[u] = e[u] >= 0 ? rows[e[u]] : 0;")
     w("            c[u] = e[u] >= 0 ? cols[e[u]] : 0;")
     w("        }")
+    w("        // launched programmatically after the kernel before it (B's transpose, or the tiles): the indices")
+    w("        // were written before the call, Bt and P only after that kernel has finished")
+    w("        if (it == 0) tk_pdl_wait();")
     w("        float sum[E];")
     w("        #pragma unroll")
     w("        for (int u = 0; u < E; ++u) sum[u] = 0.0f;")
-    wait = ("        if (it == 0) tk_pdl_wait();  // launched programmatically after the kernel before it (B's transpose, "
-            "or the tiles): A and the indices were written before the call, Bt and P only after that kernel has finished")
-    steps = -(-K // (g * vec))  # 16-byte vectors of K per lane
-    if kvec and DOT_A_EARLY and steps <= DOT_A_EARLY_STEPS:
-        w(f"        alignas(16) {T} av[{steps}][E][{vec}];  // the lane's share of A's rows, loaded before the wait")
-        w("        #pragma unroll")
-        w(f"        for (int s = 0; s < {steps}; ++s)")
-        w("            #pragma unroll")
-        w(f"            for (int u = 0; u < E; ++u)  // (an entry past the end reads row 0: in bounds, unused)")
-        w(f"                if (gl * {vec} + s * G * {vec} < K) tk_load<16>(av[s][u], A + (size_t)r[u] * K + gl * {vec} + s * G * {vec});")
-        w(wait)
-        w("        #pragma unroll")
-        w(f"        for (int s = 0; s < {steps}; ++s) {{")
-        w(f"            const int k = gl * {vec} + s * G * {vec};")
-        w("            if (k >= K) continue;")
-        w(f"            alignas(16) {T} bv[E][{vec}];")
-        w("            #pragma unroll")
-        w("            for (int u = 0; u < E; ++u) tk_load<16>(bv[u], Bt + (size_t)c[u] * K + k);")
-        w("            #pragma unroll")
-        w("            for (int u = 0; u < E; ++u)")
-        w("                #pragma unroll")
-        w(f"                for (int t = 0; t < {vec}; ++t) sum[u] = fmaf(tk_f(av[s][u][t]), tk_f(bv[u][t]), sum[u]);")
-        w("        }")
-    elif kvec:
-        w(wait)
+    if kvec:
         w(f"        for (int k = gl * {vec}; k < K; k += G * {vec}) {{")
         w(f"            alignas(16) {T} av[E][{vec}], bv[E][{vec}];")
         w("            #pragma unroll")
         w("            for (int u = 0; u < E; ++u) {  // (an entry past the end reads row 0: in bounds, unused)")
-        if DOT_REUSE_A:  # dot_order is sorted by row: an entry on the row of the one before reuses its vector of A
-            w("                if (u == 0 || r[u] != r[u - 1]) tk_load<16>(av[u], A + (size_t)r[u] * K + k);")
-            w("                else")
-            w("                    #pragma unroll")
-            w(f"                    for (int t = 0; t < {vec}; ++t) av[u][t] = av[u - 1][t];")
-        else:
-            w("                tk_load<16>(av[u], A + (size_t)r[u] * K + k);")
+        w("                tk_load<16>(av[u], A + (size_t)r[u] * K + k);")
         w("                tk_load<16>(bv[u], Bt + (size_t)c[u] * K + k);")
         w("            }")
         w("            #pragma unroll")
@@ -814,7 +788,6 @@ def _dot_products(w, T: str, dense: bool, kvec: bool, vec: int, K: int, g: int) 
         w(f"                for (int t = 0; t < {vec}; ++t) sum[u] = fmaf(tk_f(av[u][t]), tk_f(bv[u][t]), sum[u]);")
         w("        }")
     else:
-        w(wait)
         w("        for (int k = gl; k < K; k += G)")
         w("            #pragma unroll")
         w("            for (int u = 0; u < E; ++u)")

@@ -8,13 +8,15 @@ on the same launch data, checked against float64 torch at the entries:
 - `graph`: a CUDA graph of 20 calls replayed (L2 warm; benchmarks/sddmm.py's graph column).
 
 Question: at 4000^2 with 88k uniform entries every entry is a dot product, and 688 blocks of
-256 threads fill 1.3 waves at 4 blocks per SM (60 registers), while examples/sddmm_wmma_8x32x16.tk,
+256 threads fill 1.3 waves at 4 blocks per SM (67 registers), while examples/sddmm_wmma_8x32x16.tk,
 whose blocks are one warp, took 16.5 us per call against sddmm.tk's 18.7 (H200, 2026-11-29).
 
     source .device/env.sh && python3 benchmarks/probes/sddmm_dot_block.py [VARIANT ...]
 
-VARIANT is `T-I-E[-reuse][-early][-given]` (e.g. 128-2-4; `-reuse`: DOT_REUSE_A; `-early`: DOT_A_EARLY; `-given`: the timed calls are given
-Bt and launch no transpose, the transpose's share of the call); the default list is below.
+VARIANT is `T-I-E[-given]` (e.g. 128-2-4; `-given`: the timed calls are given Bt and launch no
+transpose, the transpose's share of the call); the default list is below. Two more forms were
+measured at commit f26d5b2 (its DOT_REUSE_A and DOT_A_EARLY, `-reuse` and `-early` there) and not
+kept (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -44,16 +46,16 @@ SHAPES = [(4000, 4000, 256, 88_000, "uniform"), (4000, 4000, 256, 88_000, "rmat"
           (2000, 12000, 256, 746_000, "rmat"), (3000, 7000, 256, 313_000, "uniform"),
           (8000, 8000, 256, 640_000, "uniform"), (10000, 10000, 256, 1_000_000, "uniform"),
           (37000, 37000, 256, 368_000, "uniform"), (10000, 10000, 32, 5_000_000, "rmat")]
-VARIANTS = ["256-2-4", "32-2-4", "32-2-4-early", "32-1-4-early", "64-2-4-early", "32-2-4-given", "32-2-4-early-given"]
+VARIANTS = ["256-2-4", "256-2-4-given", "128-2-4", "64-2-4", "32-2-4", "32-2-4-given", "32-1-4", "32-3-4", "32-2-6"]
 
 
-SETTINGS = ("DOT_THREADS", "DOT_ITERS", "DOT_ENTRIES", "DOT_REUSE_A", "DOT_A_EARLY")
+SETTINGS = ("DOT_THREADS", "DOT_ITERS", "DOT_ENTRIES")
 
 
 def source(module, name: str) -> str:
     """The generated CUDA with the settings of variant `name`."""
     t, i, e = (int(x) for x in name.split("-")[:3])
-    values = (t, i, e, "-reuse" in name, "-early" in name)
+    values = (t, i, e)
     saved = [getattr(cuda_sddmm, k) for k in SETTINGS]
     for k, v in zip(SETTINGS, values):
         setattr(cuda_sddmm, k, v)
