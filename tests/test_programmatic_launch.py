@@ -186,7 +186,8 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     tkc.programmatic_launch (`context`). With the tensors on another device than the current one
     (`other_device`) the kernels launch in that device's context. A second call with other
     pointers launches with those, and a third on another stream launches on it: the launches kept
-    per thread refill their argument slots and are kept per stream. At K = 32 the tiles are
+    per thread refill their argument slots and are kept per stream. A fourth with
+    `dot_sequential` (no tiles) passes dot_order as a null pointer. At K = 32 the tiles are
     launched persistent (passes/smem_sddmm.py `persistent_fits`: `<kernel>_walk`, with its own
     shared memory) on what is resident at once (here 2 blocks) or n_tc when that is fewer; where
     the dot products are more than PERSISTENT_DOTS_PER_TILE (16) per tile, the one-tile kernel
@@ -254,15 +255,20 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     shapes = [(64, K), (K, N), (9,), (9,), (9,), (N, K), (n_tc + 1,), (n_tc,), (n_tc,), (9,), (n_dot,), (16,),
               (128 * n_tc,)]
     assert launch.tc_reads_bt  # sddmm.tk's tiles are wgmma tiles over Bt
-    for call in range(3):  # the later calls' A, B, P and Bt elsewhere; the third on another stream
+    # the later calls' A, B, P and Bt elsewhere; the third on another stream; the fourth, where every entry is a
+    # dot product, with the plan's dot_sequential: dot_order is passed as a null pointer
+    for call in range(4):
         stream[0] = 78 if call == 2 else 77
+        seq = call == 3 and n_tc == 0
         tensors = [_FakeTensor(4096 * (i + 1) + (1 << 20) * call * (i in (0, 1, 4, 5)), s) for i, s in enumerate(shapes)]
         launched.clear()
         programmatic_at.clear()
         contexts.clear()
         with tkc.programmatic_launch() if context else contextlib.nullcontext():
-            launch(*tensors, fill_bt=fill_bt)
+            launch(*tensors, fill_bt=fill_bt, **({"dot_sequential": True} if seq else {}))
         ptrs = [t.ptr for t in tensors]
+        if seq:
+            ptrs[10] = 0
         want = []
         if fill_bt:
             name, tile, threads = launch.transpose

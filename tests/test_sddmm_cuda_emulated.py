@@ -38,9 +38,9 @@ KERNEL = """kernel sddmm<BM={bm}, BN={bn}, threads={threads}>(A: f32[M, K], B: f
 _BUILT: dict[str, tuple] = {}
 
 
-def _kernel(tmp_path, **kw):
+def _kernel(tmp_path, nulls=(), **kw):
     text = KERNEL.format(**kw)
-    if text not in _BUILT:
+    if (text, nulls) not in _BUILT:
         path = tmp_path / "sddmm_f32.tk"
         path.write_text(text)
         module = driver.optimize(driver.frontend(str(path)), "cuda")
@@ -49,10 +49,10 @@ def _kernel(tmp_path, **kw):
         work.mkdir()
         pos = "u16" if rc_packed16(kw["bm"], kw["bn"]) else "i32"  # tc_pos, then tc_rbase
         dtypes = ["f32", "f32", "i32", "i32", "f32", "f32", "i32", "i32", "i32", "i32", "i32", pos, "i32"]
-        exe = emulate.build(source, dtypes, 2, str(work))
+        exe = emulate.build(source, dtypes, 2, str(work), nulls=nulls)
         op = next(o for o in module.func.walk() if o.name == "tile.sampled_gemm")
-        _BUILT[text] = (exe, str(work), int(op.attrs["dot_below"]), module, source)
-    return _BUILT[text]
+        _BUILT[(text, nulls)] = (exe, str(work), int(op.attrs["dot_below"]), module, source)
+    return _BUILT[(text, nulls)]
 
 
 def _run(exe: str, work: str, arrays: list[np.ndarray], ints: list[int], out_at: int, zero_out: bool) -> np.ndarray:
@@ -71,16 +71,19 @@ def _run(exe: str, work: str, arrays: list[np.ndarray], ints: list[int], out_at:
     return data[pos:pos + bufs[out_at].nbytes].view(np.float32).reshape(bufs[out_at].shape).copy()
 
 
-def _check(tmp_path, M, N, K, nnz, bm, bn, dense, empty_every, seed):
+def _check(tmp_path, M, N, K, nnz, bm, bn, dense, empty_every, seed, sequential=False):
+    """`sequential`: dot_order passed as a null pointer, as the runtime does for a plan whose
+    dot_order is 0, 1, ... (`dot_sequential`)."""
     fmt = "coo" if dense else "csr"
-    exe, work, dot_below, module, _ = _kernel(tmp_path, bm=bm, bn=bn, threads=64, fmt=fmt, out="M, N" if dense else "NNZ",
-                                              M=M, N=N, K=K, nnz=nnz)
+    exe, work, dot_below, module, _ = _kernel(tmp_path, (10,) if sequential else (), bm=bm, bn=bn, threads=64, fmt=fmt,
+                                              out="M, N" if dense else "NNZ", M=M, N=N, K=K, nnz=nnz)
     p = sp.uniform(M, N, nnz, seed=seed)
     g = torch.Generator().manual_seed(seed)
     A = (torch.randn(M, K, generator=g) * torch.exp2(torch.randint(-4, 4, (M, 1), generator=g).float()))
     B = (torch.randn(K, N, generator=g) * torch.exp2(torch.randint(-4, 4, (1, N), generator=g).float()))
     plan = sp.dispatch_plan(p, bm, bn, dot_below)
     assert plan.n_tc == 0 and plan.n_dot == nnz  # f32: every entry a dot product
+    assert plan.dot_sequential  # S in (row, column) order
     out = np.zeros((M, N) if dense else (nnz,), np.float32)
     arrays = [A.numpy(), B.numpy(), p.rows.numpy(), p.cols.numpy(), out, B.t().contiguous().numpy(),
               *[t.numpy() for t in plan.cuda_tensors()]]
@@ -100,6 +103,12 @@ def _check(tmp_path, M, N, K, nnz, bm, bn, dense, empty_every, seed):
 @pytest.mark.parametrize("K", [64, 13])
 def test_dot_path_against_torch(tmp_path, dense, K):
     _check(tmp_path, 45, 38, K, 300, 16, 8, dense, 0, 1)
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_dot_path_sequential_against_torch(tmp_path, dense):
+    """dot_order as a null pointer (the runtime's `dot_sequential`): entry i is the i-th."""
+    _check(tmp_path, 45, 38, 64, 300, 16, 8, dense, 0, 2, sequential=True)
 
 
 @settings(max_examples=4, deadline=None)

@@ -456,10 +456,22 @@ def test_dispatch_plan_splits_every_entry_once(pattern, BM, BN, dot_below):
     assert [(r[e], c[e]) for e in plan.dot_order.tolist()] == [(r[e], c[e]) for e in dots]
     assert len(plan.tensors()) == 6 and all(t.dtype == torch.int32 for t in plan.tensors())
     _check_cuda_launch_data(plan, r, c, BM, BN)
+    _check_sequential(plan)
     csr = as_pattern(_torch_coo(rows, cols, (M, N)).coalesce(), "csr")  # the same entries in S's row-major order
     plan = dispatch_plan(csr, BM, BN, dot_below)
     _check_cuda_launch_data(plan, csr.rows.tolist(), csr.cols.tolist(), BM, BN)
+    _check_sequential(plan)
     assert plan.tc_rbase.numel() == (plan.n_tc * BM if plan.tc_order.numel() else 0)  # row-major: always ordered
+    # every entry a dot product, in S's (row, column) order: dot_order is 0, 1, ... and the plan says so
+    dots = dispatch_plan(csr, BM, BN, BM * BN + 1)
+    assert dots.dot_sequential == (csr.nnz > 0) and dots.dot_order.tolist() == list(range(csr.nnz))
+
+
+def _check_sequential(plan):
+    """dot_sequential exactly when every entry is a dot product and dot_order is 0, 1, ... (the
+    `cuda` runtime then passes no dot_order: a plan that claimed it wrongly computes other entries)."""
+    n = plan.n_dot
+    assert plan.dot_sequential == (plan.n_tc == 0 and n > 0 and plan.dot_order.tolist() == list(range(n)))
 
 
 def _check_cuda_launch_data(plan, r, c, BM, BN):

@@ -170,10 +170,12 @@ class CudaLaunch:
             self._functions[(index, name)] = fn
         return self._functions[(index, name)]
 
-    def __call__(self, *tensors, fill_bt: bool = False) -> None:
+    def __call__(self, *tensors, fill_bt: bool = False, dot_sequential: bool = False) -> None:
         """Launch on `tensors`. Raises TkError (a user error) when CuPy, which loads and launches
         the kernel, is not installed. `fill_bt` (a sampled gemm): write B transposed into the Bt
-        argument first (the kernel's own transpose), for the dot products.
+        argument first (the kernel's own transpose), for the dot products. `dot_sequential` (a
+        sampled gemm whose DispatchPlan says so): dot_order is 0, 1, ..., so it is passed as a
+        null pointer and the dot products read entry i as the i-th.
 
         Decoding launches small kernels back to back, so the host time of a launch counts: the
         stream comes from torch's current raw stream (no Stream object per call), the kernel is
@@ -187,7 +189,7 @@ class CudaLaunch:
                         "target `cuda` launches kernels through CuPy, which is not installed",
                         "install tkc's GPU extra: `pip install -e \".[gpu]\"` (cupy-cuda13x), or use `--target tilelang`")
         if self.dot_kernel is not None:  # a sampled gemm: its own launches (self.pdl is false for them)
-            self._sampled(tensors, fill_bt)
+            self._sampled(tensors, fill_bt, dot_sequential)
             return
         cupy, numpy, torch = _modules()
         index = tensors[0].get_device()
@@ -232,7 +234,7 @@ class CudaLaunch:
             else:
                 self.function(index).kernel(grid, self.block, tuple(fn_args), self.smem, stream)
 
-    def _sampled(self, tensors, fill_bt: bool) -> None:
+    def _sampled(self, tensors, fill_bt: bool, dot_sequential: bool = False) -> None:
         """A sampled gemm's launches (codegen/cuda_sddmm.py): B's transpose when `fill_bt`, the
         tensor-core tiles when the plan has any, the dot products when it has any. Each kernel
         after the first is launched programmatically where the GPU takes it (sm_90): it starts
@@ -251,6 +253,8 @@ class CudaLaunch:
         cupy, _, torch = _modules()
         keep = []
         ptrs = [_pointer(t, keep) for t in tensors]
+        if dot_sequential:  # dot_order is 0, 1, ...: the kernel reads entry i for a null dot_order
+            ptrs[-3] = 0
         index = tensors[0].get_device()
         n_tc, n_dot = tensors[-6].numel(), tensors[-3].numel()  # tc_m, dot_order
         handle = _raw_stream(torch, index)

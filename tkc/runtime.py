@@ -548,14 +548,17 @@ class Kernel:
         """(Bt, launch keywords) for the dot products of `plan` (and the tensor-core tiles of a
         `cuda` kernel whose tiles read it, `jit.tc_reads_bt`): free for a transposed view of B,
         left to the kernel's own transpose on `cuda` (`fill_bt`: faster than torch's), unread (a
-        free [N, K] view of B, the shape TileLang checks) when no kernel of the launch reads it."""
+        free [N, K] view of B, the shape TileLang checks) when no kernel of the launch reads it.
+        On `cuda` the keywords also carry `dot_sequential` when the plan's dot_order is the
+        identity (the kernel then reads no dot_order)."""
+        seq = {"dot_sequential": True} if self.target == "cuda" and plan.dot_sequential else {}
         if plan.n_dot == 0 and not (plan.n_tc and getattr(jit, "tc_reads_bt", False)):
-            return b.reshape(b.shape[1], b.shape[0]), {}
+            return b.reshape(b.shape[1], b.shape[0]), seq
         if b.t().is_contiguous():
-            return b.t(), {}
+            return b.t(), seq
         if self.target == "cuda":
-            return b.new_empty((b.shape[1], b.shape[0])), {"fill_bt": True}
-        return b.t().contiguous(), {}
+            return b.new_empty((b.shape[1], b.shape[0])), {"fill_bt": True, **seq}
+        return b.t().contiguous(), seq
 
     def _sampled_launch_data(self, sampled, tensors, jit):
         """(plan, Bt, launch keywords) of a sampled gemm for `tensors` (the call's inputs, the

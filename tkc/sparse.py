@@ -292,6 +292,10 @@ class DispatchPlan:
       slot s of tile t, so the kernel reads no tc_order; empty otherwise (an unsorted coo pattern,
       or more tile rows than 4 x the entries: the kernel reads tc_order).
 
+    `dot_sequential`: dot_order is 0, 1, ..., n_dot - 1 (every entry a dot product, S in (row,
+    column) order): the `cuda` runtime then passes no dot_order and the dot products read entry i
+    as the i-th (one dependent load fewer per round).
+
     Every entry is in exactly one of tc_order and dot_order."""
 
     tc_ptr: torch.Tensor
@@ -302,6 +306,7 @@ class DispatchPlan:
     tc_rc: torch.Tensor
     tc_pos: torch.Tensor
     tc_rbase: torch.Tensor
+    dot_sequential: bool = False
 
     @property
     def n_tc(self) -> int:
@@ -355,9 +360,11 @@ def dispatch_plan(p: SparsePattern, BM: int, BN: int, dot_below: int) -> Dispatc
         tc_pos = torch.zeros(-(-pos.numel() // width) * width, dtype=pos.dtype, device=dev)
         tc_pos[:pos.numel()] = pos
         tc_rbase = _row_bases(e, r, tc_counts, BM, dev)
+        sequential = tc_counts.numel() == 0 and dot.numel() > 0 and bool(
+            (dot == torch.arange(dot.numel(), device=dev)).all())
         p._memo[key] = DispatchPlan(tc_ptr, tl.tile_m[tc].contiguous(), tl.tile_n[tc].contiguous(),
                                     tc_order.contiguous(), dot.int().contiguous(), tc_rc.contiguous(), tc_pos,
-                                    tc_rbase)
+                                    tc_rbase, sequential)
     return p._memo[key]
 
 

@@ -13,8 +13,9 @@ whose blocks are one warp, took 16.5 us per call against sddmm.tk's 18.7 (H200, 
 
     source .device/env.sh && python3 benchmarks/probes/sddmm_dot_block.py [VARIANT ...]
 
-VARIANT is `T-I-E[-given]` (e.g. 128-2-4; `-given`: the timed calls are given Bt and launch no
-transpose, the transpose's share of the call); the default list is below. Two more forms were
+VARIANT is `T-I-E[-seq][-given]` (e.g. 128-2-4; `-seq`: the kernel reads entry i where it read
+dot_order[i], timed only where every entry is a dot product (dot_order the identity); `-given`: the
+timed calls are given Bt and launch no transpose, the transpose's share of the call); the default list is below. Two more forms were
 measured at commit f26d5b2 (its DOT_REUSE_A and DOT_A_EARLY, `-reuse` and `-early` there) and not
 kept (docs/PERFORMANCE.md).
 """
@@ -46,7 +47,7 @@ SHAPES = [(4000, 4000, 256, 88_000, "uniform"), (4000, 4000, 256, 88_000, "rmat"
           (2000, 12000, 256, 746_000, "rmat"), (3000, 7000, 256, 313_000, "uniform"),
           (8000, 8000, 256, 640_000, "uniform"), (10000, 10000, 256, 1_000_000, "uniform"),
           (37000, 37000, 256, 368_000, "uniform"), (10000, 10000, 32, 5_000_000, "rmat")]
-VARIANTS = ["256-2-4", "256-2-4-given", "128-2-4", "64-2-4", "32-2-4", "32-2-4-given", "32-1-4", "32-3-4", "32-2-6"]
+VARIANTS = ["256-2-4", "32-2-4", "32-2-4-seq", "32-1-4-seq", "32-3-4-seq", "32-4-4-seq", "32-2-4-seq-given"]
 
 
 SETTINGS = ("DOT_THREADS", "DOT_ITERS", "DOT_ENTRIES")
@@ -60,7 +61,12 @@ def source(module, name: str) -> str:
     for k, v in zip(SETTINGS, values):
         setattr(cuda_sddmm, k, v)
     try:
-        return cuda_sddmm.emit(module)
+        text = cuda_sddmm.emit(module)
+        if "-seq" in name:  # entry i of the dot products is entry i of S (dot_order the identity: every entry a dot
+            find = "e[u] = base + u < n_dot ? dot_order[base + u] : -1;"  # product, S in CSR order)
+            assert text.count(find) == 1
+            text = text.replace(find, "e[u] = base + u < n_dot ? base + u : -1;")
+        return text
     finally:
         for k, v in zip(SETTINGS, saved):
             setattr(cuda_sddmm, k, v)
@@ -80,6 +86,8 @@ def main() -> int:
         _, op = cuda_sddmm.sampled_launch(artifact.module)
         plan = sp.dispatch_plan(p, 128, 128, op.attrs.get("dot_below", 0))
         for name in names:
+            if "-seq" in name and plan.n_tc:
+                continue
             path = os.path.join(tmp, f"{M}x{N}-{K}-{nnz}-{kind}-{name}.cu")
             with open(path, "w") as f:
                 f.write(source(artifact.module, name))

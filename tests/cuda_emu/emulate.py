@@ -40,11 +40,13 @@ def gxx() -> str | None:
     return None if r.returncode else path
 
 
-def build(source: str, dtypes: list[str], n_scalars: int, workdir: str, refs=()) -> str:
+def build(source: str, dtypes: list[str], n_scalars: int, workdir: str, refs=(), nulls=()) -> str:
     """Compile CUDA `source` (tensor arguments of `dtypes`, then `n_scalars` int scalars) into an
     executable `workdir/k` that reads the tensors' bytes from argv[1], the scalars from argv[3:],
     runs the grid and writes the tensors' bytes to argv[2]; returns its path. Scalars at the
-    positions `refs` are passed by address (the kernel reads them from memory: `scalar_refs`)."""
+    positions `refs` are passed by address (the kernel reads them from memory: `scalar_refs`); the
+    tensors at the positions `nulls` are passed as null pointers (their bytes are still read and
+    written back)."""
     config = cuda.launch_config(source)
     if config["cluster"] != [1, 1, 1]:
         raise ValueError("the CPU emulation runs no thread-block clusters")
@@ -61,7 +63,8 @@ def build(source: str, dtypes: list[str], n_scalars: int, workdir: str, refs=())
                      for i in range(len(dtypes)))
     reads = "\n".join(f"    if (fread(b{i}.data(), 1, b{i}.size(), f) != b{i}.size()) return 3;" for i in range(len(dtypes)))
     writes = "\n".join(f"    fwrite(b{i}.data(), 1, b{i}.size(), f);" for i in range(len(dtypes)))
-    args = [f"reinterpret_cast<{C_TYPES[dt]}*>(b{i}.data())" for i, dt in enumerate(dtypes)]
+    args = [f"static_cast<{C_TYPES[dt]}*>(nullptr)" if i in nulls else f"reinterpret_cast<{C_TYPES[dt]}*>(b{i}.data())"
+            for i, dt in enumerate(dtypes)]
     args += [f"&s{j}" if j in refs and j < n_scalars - n_dyn else f"s{j}" for j in range(n_scalars)]
     if config.get("pdl"):  # the last argument: launched programmatically (never, here)
         args.append("0")
