@@ -13,9 +13,11 @@ whose blocks are one warp, took 16.5 us per call against sddmm.tk's 18.7 (H200, 
 
     source .device/env.sh && python3 benchmarks/probes/sddmm_dot_block.py [VARIANT ...]
 
-VARIANT is `T-I-E[-seq][-given]` (e.g. 128-2-4; `-seq`: the kernel reads entry i where it read
-dot_order[i], timed only where every entry is a dot product (dot_order the identity); `-given`: the
-timed calls are given Bt and launch no transpose, the transpose's share of the call); the default list is below. Two more forms were
+VARIANT is `T-I-E[-seq][-unroll][-given]` (e.g. 128-2-4): `-seq` passes dot_order as a null
+pointer, as the runtime does for a plan with `dot_sequential` (the kernel reads entry i as the
+i-th; only where the plan has it); `-unroll` unrolls the rounds' loop (a later round's index loads
+may be issued before an earlier round's sums); `-given`: the timed calls are given Bt and launch
+no transpose (the transpose's share of the call). The default list is below. Two more forms were
 measured at commit f26d5b2 (its DOT_REUSE_A and DOT_A_EARLY, `-reuse` and `-early` there) and not
 kept (docs/PERFORMANCE.md).
 """
@@ -47,7 +49,7 @@ SHAPES = [(4000, 4000, 256, 88_000, "uniform"), (4000, 4000, 256, 88_000, "rmat"
           (2000, 12000, 256, 746_000, "rmat"), (3000, 7000, 256, 313_000, "uniform"),
           (8000, 8000, 256, 640_000, "uniform"), (10000, 10000, 256, 1_000_000, "uniform"),
           (37000, 37000, 256, 368_000, "uniform"), (10000, 10000, 32, 5_000_000, "rmat")]
-VARIANTS = ["256-2-4", "32-2-4", "32-2-4-seq", "32-1-4-seq", "32-3-4-seq", "32-4-4-seq", "32-2-4-seq-given"]
+VARIANTS = ["256-2-4", "64-2-4", "32-2-4", "32-2-4-given", "32-2-4-seq", "32-2-4-unroll", "32-3-4-seq"]
 
 
 SETTINGS = ("DOT_THREADS", "DOT_ITERS", "DOT_ENTRIES")
@@ -62,10 +64,10 @@ def source(module, name: str) -> str:
         setattr(cuda_sddmm, k, v)
     try:
         text = cuda_sddmm.emit(module)
-        if "-seq" in name:  # entry i of the dot products is entry i of S (dot_order the identity: every entry a dot
-            find = "e[u] = base + u < n_dot ? dot_order[base + u] : -1;"  # product, S in CSR order)
+        if "-unroll" in name:  # the rounds unrolled: a later round's index loads may be issued before an earlier round's sums
+            find = "    #pragma unroll 1\n    for (int it = 0; it < ITERS; ++it) {"
             assert text.count(find) == 1
-            text = text.replace(find, "e[u] = base + u < n_dot ? base + u : -1;")
+            text = text.replace(find, "    #pragma unroll\n    for (int it = 0; it < ITERS; ++it) {")
         return text
     finally:
         for k, v in zip(SETTINGS, saved):
@@ -86,7 +88,7 @@ def main() -> int:
         _, op = cuda_sddmm.sampled_launch(artifact.module)
         plan = sp.dispatch_plan(p, 128, 128, op.attrs.get("dot_below", 0))
         for name in names:
-            if "-seq" in name and plan.n_tc:
+            if "-seq" in name and not plan.dot_sequential:
                 continue
             path = os.path.join(tmp, f"{M}x{N}-{K}-{nnz}-{kind}-{name}.cu")
             with open(path, "w") as f:
@@ -109,7 +111,7 @@ def main() -> int:
         P = torch.full((nnz,), float("nan"), device="cuda")
         bt = torch.empty(N, K, device="cuda", dtype=A.dtype)
         args = [A, B, p.rows, p.cols, P, bt, *plan.cuda_tensors()]
-        launch(*args, fill_bt=True)
+        launch(*args, fill_bt=True, dot_sequential="-seq" in name)
         torch.cuda.synchronize()
         err = ((P.double() - ref).abs().max() / ref.abs().max()).item()
         label = f"{M}x{N} K{K} {nnz} {kind}"
@@ -117,8 +119,9 @@ def main() -> int:
             print(f"| {label} | {name} | | | WRONG | | {err:.1e} |", flush=True)
             continue
         fill = not name.endswith("-given")  # `-given`: Bt filled by the first call, not transposed in the timed ones
-        cold = do_bench(lambda: launch(*args, fill_bt=fill), warmup=50, rep=300) * 1e3
-        warm = graph_us(lambda: launch(*args, fill_bt=fill))
+        seq = "-seq" in name  # dot_order passed as a null pointer (the runtime's dot_sequential)
+        cold = do_bench(lambda: launch(*args, fill_bt=fill, dot_sequential=seq), warmup=50, rep=300) * 1e3
+        warm = graph_us(lambda: launch(*args, fill_bt=fill, dot_sequential=seq))
         print(f"| {label} | {name} | {plan.n_tc} | {plan.n_dot} | {cold:.1f} | {warm:.1f} | {err:.1e} |", flush=True)
     return 0
 
