@@ -13,7 +13,10 @@ whose blocks are one warp, took 16.5 us per call against sddmm.tk's 18.7 (H200, 
 
     source .device/env.sh && python3 benchmarks/probes/sddmm_dot_block.py [VARIANT ...]
 
-VARIANT is `T-I-E[-seq][-unroll][-given]` (e.g. 128-2-4): `-seq` passes dot_order as a null
+VARIANT is `T-I-E[-lvV][-lb][-pfa][-seq][-unroll][-given]` (e.g. 128-2-4): `-lvV` sets DOT_LANE_VECTORS
+(the lanes per entry G halve as it doubles); `-lb` caps the registers for 2048 threads per SM
+(`__launch_bounds__(T, min(2048 / T, 32))`: 32 blocks per SM at most); `-pfa` prefetches the
+first round's rows of A into L2 before the PDL wait (f16, K a multiple of 8); `-seq` passes dot_order as a null
 pointer, as the runtime does for a plan with `dot_sequential` (the kernel reads entry i as the
 i-th; only where the plan has it); `-unroll` unrolls the rounds' loop (a later round's index loads
 may be issued before an earlier round's sums); `-given`: the timed calls are given Bt and launch
@@ -49,21 +52,37 @@ SHAPES = [(4000, 4000, 256, 88_000, "uniform"), (4000, 4000, 256, 88_000, "rmat"
           (2000, 12000, 256, 746_000, "rmat"), (3000, 7000, 256, 313_000, "uniform"),
           (8000, 8000, 256, 640_000, "uniform"), (10000, 10000, 256, 1_000_000, "uniform"),
           (37000, 37000, 256, 368_000, "uniform"), (10000, 10000, 32, 5_000_000, "rmat")]
-VARIANTS = ["256-2-4", "64-2-4", "32-2-4", "32-2-4-given", "32-2-4-seq", "32-2-4-unroll", "32-3-4-seq"]
+VARIANTS = ["256-2-4", "32-2-4", "32-2-4-given", "32-2-4-seq", "32-2-4-lb-seq", "32-2-4-lv1-seq", "32-2-4-lv4-seq",
+            "32-2-4-pfa-seq", "32-2-4-unroll"]
 
 
-SETTINGS = ("DOT_THREADS", "DOT_ITERS", "DOT_ENTRIES")
+SETTINGS = ("DOT_THREADS", "DOT_ITERS", "DOT_ENTRIES", "DOT_LANE_VECTORS")
 
 
 def source(module, name: str) -> str:
     """The generated CUDA with the settings of variant `name`."""
     t, i, e = (int(x) for x in name.split("-")[:3])
-    values = (t, i, e)
+    lanes = next((int(x[2:]) for x in name.split("-") if x.startswith("lv")), cuda_sddmm.DOT_LANE_VECTORS)
+    values = (t, i, e, lanes)
     saved = [getattr(cuda_sddmm, k) for k in SETTINGS]
     for k, v in zip(SETTINGS, values):
         setattr(cuda_sddmm, k, v)
     try:
         text = cuda_sddmm.emit(module)
+        if "-lb" in name:  # registers capped for 32 one-warp blocks per SM (64 per thread)
+            find = f"__launch_bounds__({t}) sddmm_dots("
+            assert text.count(find) == 1
+            text = text.replace(find, f"__launch_bounds__({t}, {min(2048 // t, 32)}) sddmm_dots(")
+        if "-pfa" in name:  # the first round's rows of A prefetched into L2 before the wait (while the transpose runs)
+            find = "        if (it == 0) tk_pdl_wait();"
+            assert text.count(find) == 1
+            text = text.replace(find, "        if (it == 0) {\n"
+                                "            #pragma unroll\n"
+                                "            for (int u = 0; u < E; ++u)\n"
+                                "                for (int k = gl * 8; k < K; k += G * 8)\n"
+                                "                    asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(A + (size_t)r[u] * K + k));\n"
+                                "            tk_pdl_wait();\n"
+                                "        }")
         if "-unroll" in name:  # the rounds unrolled: a later round's index loads may be issued before an earlier round's sums
             find = "    #pragma unroll 1\n    for (int it = 0; it < ITERS; ++it) {"
             assert text.count(find) == 1
