@@ -13,16 +13,21 @@ whose blocks are one warp, took 16.5 us per call against sddmm.tk's 18.7 (H200, 
 
     source .device/env.sh && python3 benchmarks/probes/sddmm_dot_block.py [VARIANT ...]
 
-VARIANT is `T-I-E[-lvV][-lb][-pfa][-seq][-unroll][-given]` (e.g. 128-2-4): `-lvV` sets DOT_LANE_VECTORS
-(the lanes per entry G halve as it doubles); `-lb` caps the registers for 2048 threads per SM
-(`__launch_bounds__(T, min(2048 / T, 32))`: 32 blocks per SM at most); `-pfa` prefetches the
-first round's rows of A into L2 before the PDL wait (f16, K a multiple of 8); `-seq` passes dot_order as a null
-pointer, as the runtime does for a plan with `dot_sequential` (the kernel reads entry i as the
-i-th; only where the plan has it); `-unroll` unrolls the rounds' loop (a later round's index loads
-may be issued before an earlier round's sums); `-given`: the timed calls are given Bt and launch
-no transpose (the transpose's share of the call). The default list is below. Two more forms were
-measured at commit f26d5b2 (its DOT_REUSE_A and DOT_A_EARLY, `-reuse` and `-early` there) and not
-kept (docs/PERFORMANCE.md).
+VARIANT is `T-I-E[-lvV][-lb][-pfa][-seq][-unroll][-given]`, e.g. 128-2-4 (the default list is
+below):
+- `-lvV` sets DOT_LANE_VECTORS (the lanes per entry G halve as it doubles);
+- `-lb` caps the registers for 2048 threads per SM (`__launch_bounds__(T, min(2048 / T, 32))`:
+  32 blocks per SM at most);
+- `-pfa` prefetches the first round's rows of A into L2 before the PDL wait (f16, K a multiple
+  of 8);
+- `-seq` passes dot_order as a null pointer, as the runtime does for a plan with
+  `dot_sequential` (the kernel reads entry i as the i-th; only where the plan has it);
+- `-unroll` unrolls the rounds' loop (a later round's index loads may be issued before an earlier
+  round's sums);
+- `-given`: the timed calls are given Bt and launch no transpose (the transpose's share).
+Two more forms were measured at commit f26d5b2 (its DOT_REUSE_A and DOT_A_EARLY, `-reuse` and
+`-early` there) and not kept. Results: docs/PERFORMANCE.md, "The dot products in blocks of one
+warp".
 """
 
 from __future__ import annotations
