@@ -130,7 +130,7 @@ class CudaLaunch:
         sddmm = config.get("sddmm", {})
         self.tc_reads_bt = bool(sddmm.get("tc_reads_bt"))
         self.dot_per_block, self.dot_kernel = sddmm.get("dot_per_block"), sddmm.get("dot_kernel")
-        self.dot_block = (sddmm.get("dot_threads") or self.block[0], 1, 1)
+        self.dot_block = (sddmm["dot_threads"], 1, 1) if sddmm else None  # the dot products' own block
         self.tc_kernel = sddmm.get("tc_kernel")
         # the tile kernel's persistent twin (K <= 32): its blocks walk the tiles, the grid what is resident
         self.walk_kernel, self.walk_smem = sddmm.get("walk_kernel"), int(sddmm.get("walk_smem", 0))
