@@ -92,7 +92,8 @@ def launch_fenced(kernel, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         init = next(old) if i in mutable else torch.zeros(shape, dtype=dtype) if args[i].name in zeroed else None
         outs.append(fenced(shape, dtype, device, init))
     ins_extra = [fenced(t.shape, t.dtype, device, t) for t in extras]
-    if fill.get("fill_bt"):  # the CUDA kernel's own transpose writes Bt: start it as poison
+    if fill.get("fill_bt") or fill.get("dot_panels"):  # the CUDA kernel's own transpose writes Bt, or no kernel
+        # reads it (the dot products by column panels read B itself): start it as poison
         ins_extra[0] = fenced(extras[0].shape, extras[0].dtype, device)
     if sampled is None or plan.n_tc + plan.n_dot:  # an empty pattern launches nothing
         jit(*[v for v, _ in ins], *[v for v, _ in outs], *values, *[v for v, _ in ins_extra], **fill)

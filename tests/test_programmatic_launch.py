@@ -19,6 +19,7 @@ import pytest
 import tkc
 from codegen import cuda
 from tkc import cuda_runtime, driver
+from tkc import sparse as sp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.tk")))
@@ -63,7 +64,8 @@ def _sampled_kernels_wait_before_reading_bt(source: str) -> None:
     """Each kernel of a sampled gemm after the first of a call may start while the one before it
     runs (cuda_runtime.CudaLaunch._sampled): B's transpose waits, then triggers its successor,
     first after its shared array; the tiles wait before their first copy of A and B (and trigger the dot
-    products only when there are any); the dot products wait before their first read of Bt."""
+    products only when there are any); the dot products wait before their first read of Bt, and
+    those by column panels (`<kernel>_panels`) before their first read of A or B."""
     bodies = _kernel_bodies(source)
     (transpose,) = [b for n, b in bodies.items() if n.endswith("_transpose_b")]
     assert transpose[1:3] == ["tk_pdl_wait();  // (launched programmatically only inside tkc.programmatic_launch)",
@@ -72,7 +74,11 @@ def _sampled_kernels_wait_before_reading_bt(source: str) -> None:
     wait = dots.index("if (it == 0) tk_pdl_wait();")
     assert all("Bt +" not in line and "Bt[" not in line and "P[" not in line for line in dots[:wait])
     assert any("Bt + " in line for line in dots[wait:])
-    tiles = [b for n, b in bodies.items() if not n.endswith(("_dots", "_transpose_b"))]
+    (panels,) = [b for n, b in bodies.items() if n.endswith("_panels")]
+    wait = panels.index("tk_pdl_wait();")
+    assert all(not re.search(r"\b[ABP](\[| \+)", line) for line in panels[:wait]), panels[:wait]
+    assert any("B + " in line for line in panels[wait:]) and any("A + " in line for line in panels[wait:])
+    tiles = [b for n, b in bodies.items() if not n.endswith(("_dots", "_transpose_b", "_panels"))]
     for tile in tiles:
         wait = tile.index("tk_pdl_wait();")
         assert tile[wait + 1] == "if (n_dot > 0) tk_pdl_trigger();"
@@ -187,7 +193,9 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     (`other_device`) the kernels launch in that device's context. A second call with other
     pointers launches with those, and a third on another stream launches on it: the launches kept
     per thread refill their argument slots and are kept per stream. A fourth with
-    `dot_sequential` (no tiles) passes dot_order as a null pointer. At K = 32 the tiles are
+    `dot_sequential` (no tiles) passes dot_order as a null pointer, and a fifth with `dot_panels`
+    (tkc.sparse.DotPanels) launches `<kernel>_panels` over its work items, with its block and
+    shared memory, its data in dot_order's place, instead of the dot products. At K = 32 the tiles are
     launched persistent (passes/smem_sddmm.py `persistent_fits`: `<kernel>_walk`, with its own
     shared memory) on what is resident at once (here 2 blocks) or n_tc when that is fewer; where
     the dot products are more than PERSISTENT_DOTS_PER_TILE (16) per tile, the one-tile kernel
@@ -257,18 +265,23 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     assert launch.tc_reads_bt  # sddmm.tk's tiles are wgmma tiles over Bt
     # the later calls' A, B, P and Bt elsewhere; the third on another stream; the fourth, where every entry is a
     # dot product, with the plan's dot_sequential: dot_order is passed as a null pointer
-    for call in range(4):
+    assert launch.panel_kernel == "sddmm_panels" and launch.panel_smem == 16 * (K + 8) * 2
+    for call in range(5):
         stream[0] = 78 if call == 2 else 77
         seq = call == 3 and n_tc == 0
+        panels = sp.DotPanels(_FakeTensor(1 << 30, (3 * 7 + 2 * n_dot,)), 7, 3.0) if call == 4 else None
         tensors = [_FakeTensor(4096 * (i + 1) + (1 << 20) * call * (i in (0, 1, 4, 5)), s) for i, s in enumerate(shapes)]
         launched.clear()
         programmatic_at.clear()
         contexts.clear()
         with tkc.programmatic_launch() if context else contextlib.nullcontext():
-            launch(*tensors, fill_bt=fill_bt, **({"dot_sequential": True} if seq else {}))
+            launch(*tensors, fill_bt=fill_bt, **({"dot_sequential": True} if seq else {}),
+                   **({"dot_panels": panels} if panels else {}))
         ptrs = [t.ptr for t in tensors]
         if seq:
             ptrs[10] = 0
+        if panels:
+            ptrs[10] = 1 << 30
         want = []
         if fill_bt:
             name, tile, threads = launch.transpose
@@ -280,7 +293,10 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
                              launch.walk_smem))
             else:
                 want.append((launch.tc_kernel, (n_tc, 1, 1), launch.block, ptrs + [n_tc, n_dot], launch.smem))
-        if n_dot:
+        if n_dot and panels:  # by column panels: the generated source's block and shared memory
+            threads = int(re.search(r"PANEL_THREADS = (\d+)", launch.source).group(1))
+            want.append(("sddmm_panels", (7, 1, 1), (threads, 1, 1), ptrs + [n_tc, n_dot], 16 * (K + 8) * 2))
+        elif n_dot:
             # the dot kernel's own block: the DOT_THREADS of the generated source
             dot_threads = int(re.search(r"DOT_THREADS = (\d+)", launch.source).group(1))
             want.append((launch.dot_kernel, (-(-n_dot // launch.dot_per_block), 1, 1), (dot_threads, 1, 1),

@@ -751,3 +751,43 @@ def test_explain_states_when_the_tiles_walk(k, target, walk, tmp_path):
             "`sddmm_walk`, the blocks resident at once each walking tiles (")
     assert (line in out.stdout) == walk, out.stdout
     assert "sparse-dispatch for `S`" in out.stdout
+
+
+def test_cuda_dot_products_go_by_column_panels_where_panels_are_sparse():
+    """The `cuda` runtime's choice per pattern (tkc/runtime.py `_b_transposed`): the dot products
+    by column panels of B itself (`dot_panels`, no Bt filled) where the panels holding entries
+    have at most PANEL_MEAN_MAX on average and no tile reads Bt; else B's transpose and the dot
+    products by rows (`fill_bt`, with `dot_sequential` where every entry is one in S's order).
+    Other targets never take panels."""
+    from tkc import sparse as sp
+    from tkc.runtime import PANEL_MEAN_MAX
+
+    kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="cuda")
+
+    class Launch:  # what _b_transposed reads of a CudaLaunch
+        panel_kernel, panel_width, panel_entries, tc_reads_bt = "sddmm_panels", 16, 128, True
+
+    B = torch.randn(256, 2000, dtype=torch.float16)
+    sparse = sp.uniform(2000, 2000, 40_000, seed=1)  # 20 per column: 320 per panel of 16
+    dense = sp.uniform(2000, 2000, 1_200_000, seed=1)  # 600 per column
+    for p, panels_expected in ((sparse, True), (dense, False)):
+        plan = sp.dispatch_plan(p, 128, 128, 128 * 128 + 1)  # every entry a dot product
+        bt, kw = kernel._b_transposed(plan, B, Launch, (p.rows, p.cols))
+        assert tuple(bt.shape) == (2000, 256)
+        if panels_expected:
+            assert set(kw) == {"dot_panels"} and kw["dot_panels"] is plan.dot_panels(p.rows, p.cols, 2000, 16, 128)
+            assert 0 < kw["dot_panels"].per_panel <= PANEL_MEAN_MAX
+        else:
+            assert plan.dot_panels(p.rows, p.cols, 2000, 16, 128).per_panel > PANEL_MEAN_MAX
+            assert kw == {"fill_bt": True, "dot_sequential": True}
+    # tiles that read Bt: the transpose is paid anyway, so the dot products read it
+    plan = sp.dispatch_plan(sparse, 128, 128, 157)  # about half the tiles (156 entries each on average)
+    assert plan.n_tc and plan.n_dot
+    assert kernel._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1] == {"fill_bt": True}
+    Launch.tc_reads_bt = False
+    assert set(kernel._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1]) == {"dot_panels"}
+    Launch.panel_kernel = None  # no panel kernel (B's rows not in 16-byte vectors)
+    assert kernel._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1] == {"fill_bt": True}
+    tl = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="tilelang")
+    Launch.panel_kernel = "sddmm_panels"
+    assert "dot_panels" not in tl._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1]

@@ -38,9 +38,12 @@ KERNEL = """kernel sddmm<BM={bm}, BN={bn}, threads={threads}>(A: f32[M, K], B: f
 _BUILT: dict[str, tuple] = {}
 
 
-def _kernel(tmp_path, nulls=(), **kw):
+def _kernel(tmp_path, nulls=(), panels=False, **kw):
+    """(executable, work dir, dot_below, module, source) of the f32 SDDMM kernel `KERNEL` with
+    `kw` emulated: the launch line's kernel (the dot products), or with `panels` the dot
+    products by column panels (`<kernel>_panels`, grid read after the scalars)."""
     text = KERNEL.format(**kw)
-    if (text, nulls) not in _BUILT:
+    if (text, nulls, panels) not in _BUILT:
         path = tmp_path / "sddmm_f32.tk"
         path.write_text(text)
         module = driver.optimize(driver.frontend(str(path)), "cuda")
@@ -49,10 +52,14 @@ def _kernel(tmp_path, nulls=(), **kw):
         work.mkdir()
         pos = "u16" if rc_packed16(kw["bm"], kw["bn"]) else "i32"  # tc_pos, then tc_rbase
         dtypes = ["f32", "f32", "i32", "i32", "f32", "f32", "i32", "i32", "i32", "i32", "i32", pos, "i32"]
-        exe = emulate.build(source, dtypes, 2, str(work), nulls=nulls)
+        sddmm = cuda.launch_config(source)["sddmm"]
+        if panels:
+            assert sddmm["panel_kernel"] == "sddmm_panels" and sddmm["panel_smem"] > 0
+        exe = emulate.build(source, dtypes, 2, str(work), nulls=nulls,
+                            kernel=(sddmm["panel_kernel"], sddmm["panel_threads"]) if panels else None)
         op = next(o for o in module.func.walk() if o.name == "tile.sampled_gemm")
-        _BUILT[(text, nulls)] = (exe, str(work), int(op.attrs["dot_below"]), module, source)
-    return _BUILT[(text, nulls)]
+        _BUILT[(text, nulls, panels)] = (exe, str(work), int(op.attrs["dot_below"]), module, source)
+    return _BUILT[(text, nulls, panels)]
 
 
 def _run(exe: str, work: str, arrays: list[np.ndarray], ints: list[int], out_at: int, zero_out: bool) -> np.ndarray:
@@ -97,6 +104,50 @@ def _check(tmp_path, M, N, K, nnz, bm, bn, dense, empty_every, seed, sequential=
     tol = oracle.error_budgets(module)["P"].tol("f32")
     err = oracle.rel_error(got, ref)
     assert err <= tol, f"relative error {err:.3e} > {tol:.3e}"
+
+
+def _check_panels(tmp_path, M, N, K, nnz, dense, seed, rmat=False):
+    """The dot products by column panels of B (`<kernel>_panels` over tkc.sparse.DotPanels, in
+    dot_order's place), with Bt passed as NaN: the kernel reads B itself."""
+    fmt = "coo" if dense else "csr"
+    exe, work, dot_below, module, source = _kernel(tmp_path, panels=True, bm=16, bn=8, threads=64, fmt=fmt,
+                                                   out="M, N" if dense else "NNZ", M=M, N=N, K=K, nnz=nnz)
+    sddmm = cuda.launch_config(source)["sddmm"]
+    p = (sp.rmat if rmat else sp.uniform)(M, N, nnz, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    A = (torch.randn(M, K, generator=g) * torch.exp2(torch.randint(-4, 4, (M, 1), generator=g).float()))
+    B = (torch.randn(K, N, generator=g) * torch.exp2(torch.randint(-4, 4, (1, N), generator=g).float()))
+    plan = sp.dispatch_plan(p, 16, 8, dot_below)
+    assert plan.n_tc == 0 and plan.n_dot == nnz
+    panels = plan.dot_panels(p.rows, p.cols, N, sddmm["panel_width"], sddmm["panel_entries"])
+    out = np.zeros((M, N) if dense else (nnz,), np.float32)
+    launch = [t.numpy() for t in plan.cuda_tensors()]
+    launch[4] = panels.data.numpy()  # dot_order's place
+    arrays = [A.numpy(), B.numpy(), p.rows.numpy(), p.cols.numpy(), out, np.full((N, K), np.nan, np.float32), *launch]
+    got = torch.from_numpy(_run(exe, work, arrays, [plan.n_tc, plan.n_dot, panels.n_items], 4, dense))
+    vals = (A.double() @ B.double())[p.rows.long(), p.cols.long()]
+    if dense:
+        ref = torch.zeros(M, N, dtype=torch.float64)
+        ref[p.rows.long(), p.cols.long()] = vals
+    else:
+        ref = vals
+    tol = oracle.error_budgets(module)["P"].tol("f32")
+    err = oracle.rel_error(got, ref)
+    assert err <= tol, f"relative error {err:.3e} > {tol:.3e}"
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_panel_path_against_torch(tmp_path, dense):
+    """Panels of 8 f32 columns, the last one cut by N = 44; a work item of at most 128 entries, so
+    a dense panel's entries span several blocks; at K = 128, 8 lanes per entry: two rounds of 64
+    entries per block, the last ending mid-warp."""
+    _check_panels(tmp_path, 300, 44, 128, 1500, dense, 3)
+
+
+def test_panel_path_rmat_against_torch(tmp_path):
+    """Power-law columns: panels from empty to hundreds of entries; K = 276, 16 lanes per entry
+    (four rounds of 32 entries per full item), K not a multiple of the lanes' stride (64)."""
+    _check_panels(tmp_path, 200, 64, 276, 2000, False, 4, rmat=True)
 
 
 @pytest.mark.parametrize("dense", [False, True])

@@ -467,6 +467,38 @@ def test_dispatch_plan_splits_every_entry_once(pattern, BM, BN, dot_below):
     assert dots.dot_sequential == (csr.nnz > 0) and dots.dot_order.tolist() == list(range(csr.nnz))
 
 
+@settings(max_examples=examples(10, 25), deadline=None)
+@given(_patterns(), st.integers(1, 9), st.integers(0, 12), st.sampled_from([1, 4, 16]), st.integers(1, 7))
+def test_dot_panels_group_the_dot_entries_by_column_panels(pattern, BM, dot_below, width, entries):
+    """DispatchPlan.dot_panels against brute force: the dot-product entries (and no tile entry)
+    sorted by (column, row), each once, as row * width + column % width with its index; work
+    items (panel, first, end) in panel order covering them, each of 1 to `entries` entries of its
+    own panel, a panel's entries split into as few items as `entries` allows; per_panel the mean
+    entries of the panels that have any."""
+    from tkc.sparse import dispatch_plan
+
+    M, N, rows, cols = pattern
+    p = as_pattern(_torch_coo(rows, cols, (M, N)), "coo")
+    plan = dispatch_plan(p, BM, BM, dot_below)
+    panels = plan.dot_panels(p.rows, p.cols, N, width, entries)
+    assert panels is plan.dot_panels(p.rows, p.cols, N, width, entries)  # memoized
+    r, c = p.rows.tolist(), p.cols.tolist()
+    dots = sorted(plan.dot_order.tolist(), key=lambda e: (c[e], r[e]))
+    n, k = len(dots), panels.n_items
+    data = panels.data.tolist()
+    assert panels.data.dtype == torch.int32 and len(data) == 3 * k + 2 * n
+    items, rc, order = [data[3 * i:3 * i + 3] for i in range(k)], data[3 * k:3 * k + n], data[3 * k + n:]
+    assert [(c[e], r[e]) for e in order] == [(c[e], r[e]) for e in dots] and sorted(order) == sorted(dots)
+    assert rc == [r[e] * width + c[e] % width for e in order]
+    want = []
+    for panel in sorted({c[e] // width for e in dots}):
+        at = [i for i, e in enumerate(order) if c[e] // width == panel]
+        want += [[panel, f, min(f + entries, at[-1] + 1)] for f in range(at[0], at[-1] + 1, entries)]
+    assert items == want
+    used = len({c[e] // width for e in dots})
+    assert panels.per_panel == (n / used if used else 0.0)
+
+
 def _check_sequential(plan):
     """dot_sequential exactly when every entry is a dot product and dot_order is 0, 1, ... (the
     `cuda` runtime then passes no dot_order: a plan that claimed it wrongly computes other entries)."""

@@ -135,6 +135,11 @@ class CudaLaunch:
         # the tile kernel's persistent twin (K <= 32): its blocks walk the tiles, the grid what is resident
         self.walk_kernel, self.walk_smem = sddmm.get("walk_kernel"), int(sddmm.get("walk_smem", 0))
         self.transpose = (sddmm["transpose_kernel"], sddmm["transpose_tile"], sddmm["transpose_threads"]) if sddmm else None
+        # the dot products by column panels of B (no transpose; tkc.sparse.DotPanels), where codegen emitted them
+        self.panel_kernel = sddmm.get("panel_kernel")
+        self.panel_width, self.panel_entries = sddmm.get("panel_width"), sddmm.get("panel_entries")
+        self.panel_block = (sddmm["panel_threads"], 1, 1) if self.panel_kernel else None
+        self.panel_smem = int(sddmm.get("panel_smem", 0))  # dynamic shared memory: B's panel
         self._functions: dict[tuple, object] = {}  # (device index, kernel name) -> cupy RawKernel
         self._modules: dict[int, object] = {}  # device index -> cupy RawModule
         self._streams: dict[tuple, object] = {}  # (device index, torch stream handle) -> cupy stream
@@ -170,12 +175,15 @@ class CudaLaunch:
             self._functions[(index, name)] = fn
         return self._functions[(index, name)]
 
-    def __call__(self, *tensors, fill_bt: bool = False, dot_sequential: bool = False) -> None:
+    def __call__(self, *tensors, fill_bt: bool = False, dot_sequential: bool = False, dot_panels=None) -> None:
         """Launch on `tensors`. Raises TkError (a user error) when CuPy, which loads and launches
         the kernel, is not installed. `fill_bt` (a sampled gemm): write B transposed into the Bt
         argument first (the kernel's own transpose), for the dot products. `dot_sequential` (a
         sampled gemm whose DispatchPlan says so): dot_order is 0, 1, ..., so it is passed as a
-        null pointer and the dot products read entry i as the i-th.
+        null pointer and the dot products read entry i as the i-th. `dot_panels` (a sampled gemm
+        with `panel_kernel`): the plan's tkc.sparse.DotPanels at this kernel's `panel_width` and
+        `panel_entries`; its data goes in dot_order's place, and `<kernel>_panels` computes the
+        dot products from B itself (no transpose) instead of `<kernel>_dots`.
 
         Decoding launches small kernels back to back, so the host time of a launch counts: the
         stream comes from torch's current raw stream (no Stream object per call), the kernel is
@@ -189,7 +197,7 @@ class CudaLaunch:
                         "target `cuda` launches kernels through CuPy, which is not installed",
                         "install tkc's GPU extra: `pip install -e \".[gpu]\"` (cupy-cuda13x), or use `--target tilelang`")
         if self.dot_kernel is not None:  # a sampled gemm: its own launches (self.pdl is false for them)
-            self._sampled(tensors, fill_bt, dot_sequential)
+            self._sampled(tensors, fill_bt, dot_sequential, dot_panels)
             return
         cupy, numpy, torch = _modules()
         index = tensors[0].get_device()
@@ -234,7 +242,7 @@ class CudaLaunch:
             else:
                 self.function(index).kernel(grid, self.block, tuple(fn_args), self.smem, stream)
 
-    def _sampled(self, tensors, fill_bt: bool, dot_sequential: bool = False) -> None:
+    def _sampled(self, tensors, fill_bt: bool, dot_sequential: bool = False, panels=None) -> None:
         """A sampled gemm's launches (codegen/cuda_sddmm.py): B's transpose when `fill_bt`, the
         tensor-core tiles when the plan has any, the dot products when it has any. Each kernel
         after the first is launched programmatically where the GPU takes it (sm_90): it starts
@@ -253,7 +261,12 @@ class CudaLaunch:
         cupy, _, torch = _modules()
         keep = []
         ptrs = [_pointer(t, keep) for t in tensors]
-        if dot_sequential:  # dot_order is 0, 1, ...: the kernel reads entry i for a null dot_order
+        n_items = 0
+        if panels is not None:  # the dot products by column panels: their data in dot_order's place
+            if self.panel_kernel is None:
+                raise BackendError("dot_panels given to a sampled gemm without a panel kernel")
+            ptrs[-3], n_items = _pointer(panels.data, keep), panels.n_items
+        elif dot_sequential:  # dot_order is 0, 1, ...: the kernel reads entry i for a null dot_order
             ptrs[-3] = 0
         index = tensors[0].get_device()
         n_tc, n_dot = tensors[-6].numel(), tensors[-3].numel()  # tc_m, dot_order
@@ -261,16 +274,17 @@ class CudaLaunch:
         first_programmatic = _programmatic.get()
         shape_b = tuple(tensors[1].shape)
         state = self._sampled_state.__dict__
-        key = (index, handle, n_tc, n_dot, fill_bt, shape_b, first_programmatic)
+        key = (index, handle, n_tc, n_dot, fill_bt, shape_b, first_programmatic, n_items)
         held = state.get(key)
         if held is None:
-            held = self._sampled_launches(index, handle, len(ptrs) + 2, n_tc, n_dot, fill_bt, shape_b, first_programmatic)
+            held = self._sampled_launches(index, handle, len(ptrs) + 2, n_tc, n_dot, fill_bt, shape_b, first_programmatic,
+                                          n_items)
             if len(state) >= _CONFIGS_KEPT:
                 state.clear()
             state[key] = held
         launches, values, pair = held
         if index != cupy.cuda.runtime.getDevice() or launches is None:  # another device's context, or no cuLaunchKernelEx
-            self._sampled_cupy(index, handle, ptrs, n_tc, n_dot, fill_bt, shape_b, first_programmatic)
+            self._sampled_cupy(index, handle, ptrs, n_tc, n_dot, fill_bt, shape_b, first_programmatic, n_items)
             return
         values[:] = ptrs + [n_tc, n_dot]  # (the driver copies the arguments at each launch)
         pair[0], pair[1] = ptrs[1], ptrs[5]  # the transpose's B and Bt
@@ -280,9 +294,10 @@ class CudaLaunch:
             if status:
                 raise BackendError(f"cuLaunchKernelEx failed with CUDA driver error {status}")
 
-    def _sampled_plan(self, index: int, n_tc: int, n_dot: int, fill_bt: bool, shape_b) -> list:
+    def _sampled_plan(self, index: int, n_tc: int, n_dot: int, fill_bt: bool, shape_b, n_items: int = 0) -> list:
         """A sampled gemm call's kernels in launch order: (name, grid, block, shared memory bytes,
-        whether it takes the transpose's two arguments)."""
+        whether it takes the transpose's two arguments). `n_items`: the dot products by column
+        panels, over that many work items (0: `<kernel>_dots`)."""
         kernels = []
         if fill_bt:  # B [K, N] -> Bt [N, K], before the kernels that read it
             (K, N), (name, tile, threads) = shape_b, self.transpose
@@ -290,12 +305,14 @@ class CudaLaunch:
         if self.tc_kernel and n_tc:
             name, grid, smem = self.tile_launch(index, n_tc, n_dot)
             kernels.append((name, (grid, 1, 1), self.block, smem, False))
-        if n_dot:
+        if n_dot and n_items:
+            kernels.append((self.panel_kernel, (n_items, 1, 1), self.panel_block, self.panel_smem, False))
+        elif n_dot:
             kernels.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.dot_block, 0, False))
         return kernels
 
     def _sampled_launches(self, index: int, handle: int, n_args: int, n_tc: int, n_dot: int, fill_bt: bool, shape_b,
-                          first_programmatic: bool):
+                          first_programmatic: bool, n_items: int = 0):
         """(launches, argument slots, the transpose's slots) for _sampled: each launch a
         (config reference, CUfunction, parameter array, the config's attributes) for
         cuLaunchKernelEx, programmatic after
@@ -307,14 +324,15 @@ class CudaLaunch:
         values, pair = (ctypes.c_uint64 * n_args)(), (ctypes.c_uint64 * 2)()
         params, pair_params = _params(values), _params(pair)
         launches = []
-        for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(index, n_tc, n_dot, fill_bt, shape_b)):
+        for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(index, n_tc, n_dot, fill_bt, shape_b,
+                                                                              n_items)):
             config, attrs = _launch_config(grid, block, smem, handle, pdl and (i > 0 or first_programmatic), False)
             launches.append((ctypes.byref(config), self.function(index, name).kernel.ptr, pair_params if two else params,
                              attrs))  # (the config points at its attributes: kept alive with it)
         return launches, values, pair
 
     def _sampled_cupy(self, index: int, handle: int, ptrs: list, n_tc: int, n_dot: int, fill_bt: bool, shape_b,
-                      first_programmatic: bool) -> None:
+                      first_programmatic: bool, n_items: int = 0) -> None:
         """_sampled's launches through CuPy (a driver without cuLaunchKernelEx), or through
         _launch_ex in device `index`'s context (the tensors on another device than the current)."""
         cupy, numpy, _ = _modules()
@@ -322,7 +340,8 @@ class CudaLaunch:
         stream = self._stream(cupy, index, handle)
         pdl, ex = _pdl_supported(index), _launch_ex_supported()
         with cupy.cuda.Device(index):
-            for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(index, n_tc, n_dot, fill_bt, shape_b)):
+            for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(index, n_tc, n_dot, fill_bt, shape_b,
+                                                                                  n_items)):
                 fn_args = (args[1], args[5]) if two else args
                 if ex:
                     _launch_ex(self.function(index, name).kernel.ptr, grid, block, fn_args, smem, handle,

@@ -540,19 +540,26 @@ class Kernel:
                 arrays += pattern_tensors
             else:
                 arrays.append(t if t.is_contiguous() else t.contiguous())
-        bt, fill = self._b_transposed(plan, tensors[b_at], jit)
+        bt, fill = self._b_transposed(plan, tensors[b_at], jit, pattern_tensors)
         jit(*arrays, *outputs, bt, *plan.launch_tensors(self.target), **fill)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def _b_transposed(self, plan, b, jit):
+    def _b_transposed(self, plan, b, jit, pattern_tensors):
         """(Bt, launch keywords) for the dot products of `plan` (and the tensor-core tiles of a
         `cuda` kernel whose tiles read it, `jit.tc_reads_bt`): free for a transposed view of B,
         left to the kernel's own transpose on `cuda` (`fill_bt`: faster than torch's), unread (a
         free [N, K] view of B, the shape TileLang checks) when no kernel of the launch reads it.
         On `cuda` the keywords also carry `dot_sequential` when the plan's dot_order is the
-        identity (the kernel then reads no dot_order)."""
+        identity (the kernel then reads no dot_order), or `dot_panels` (tkc.sparse.DotPanels) where
+        the dot products go by column panels of B itself (`_panels_preferred`), and then no
+        kernel reads Bt unless the tiles do. `pattern_tensors`: the pattern's rows and cols."""
         seq = {"dot_sequential": True} if self.target == "cuda" and plan.dot_sequential else {}
-        if plan.n_dot == 0 and not (plan.n_tc and getattr(jit, "tc_reads_bt", False)):
+        tiles_read_bt = bool(plan.n_tc and getattr(jit, "tc_reads_bt", False))
+        if self.target == "cuda" and plan.n_dot and not tiles_read_bt and getattr(jit, "panel_kernel", None):
+            panels = plan.dot_panels(*pattern_tensors, b.shape[1], jit.panel_width, jit.panel_entries)
+            if _panels_preferred(panels):
+                return b.reshape(b.shape[1], b.shape[0]), {"dot_panels": panels}
+        if plan.n_dot == 0 and not tiles_read_bt:
             return b.reshape(b.shape[1], b.shape[0]), seq
         if b.t().is_contiguous():
             return b.t(), seq
@@ -569,8 +576,9 @@ class Kernel:
         pattern_at, b_at, bm, bn, dot_below = sampled
         if self.dot_below is not None and dot_below <= bm * bn:  # (no override without a tensor-core path)
             dot_below = int(self.dot_below)
-        plan = dispatch_plan(tensors[pattern_at], bm, bn, dot_below)
-        return (plan, *self._b_transposed(plan, tensors[b_at], jit))
+        pattern = tensors[pattern_at]
+        plan = dispatch_plan(pattern, bm, bn, dot_below)
+        return (plan, *self._b_transposed(plan, tensors[b_at], jit, (pattern.rows, pattern.cols)))
 
     def _sampled(self, module):
         """(pattern input position, B input position, BM, BN, dot_below) of the kernel's sampled
@@ -621,6 +629,20 @@ class Kernel:
         from tkc import torch_op
 
         return torch_op.register(self, name, **options)
+
+
+# The `cuda` SDDMM's dot products go by column panels of B (tkc.sparse.DotPanels, `<kernel>_panels`: no transpose
+# of B, each entry's row of A from global memory) where a panel holding entries has at most this many on average;
+# denser panels keep B's transpose and `<kernel>_dots` (entries by rows, consecutive entries sharing A's row in L1).
+# H200, us per call, panels / transpose and dots (benchmarks/probes/sddmm_col_panels.py, docs/PERFORMANCE.md):
+# 4000^2 88k uniform (352 per panel) 15.1 / 15.8, R-MAT 16.3 / 19.9; 37000^2 368k (160) 51.8 / 54.5; 35000^2 422k
+# (193) 53.3 / 56.1; 10000^2 1M (1600) 87.0 / 75.6.
+PANEL_MEAN_MAX = 512
+
+
+def _panels_preferred(panels) -> bool:
+    """Whether a `cuda` SDDMM call computes its dot products by column panels (PANEL_MEAN_MAX)."""
+    return 0 < panels.per_panel <= PANEL_MEAN_MAX
 
 
 def _built_key(dims: dict[str, int], scalar_refs, consts: dict[str, int]) -> tuple:

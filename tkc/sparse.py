@@ -307,6 +307,7 @@ class DispatchPlan:
     tc_pos: torch.Tensor
     tc_rbase: torch.Tensor
     dot_sequential: bool = False
+    _memo: dict = field(default_factory=dict, init=False, repr=False)  # derived launch data (dot_panels)
 
     @property
     def n_tc(self) -> int:
@@ -325,9 +326,66 @@ class DispatchPlan:
         tc_m, tc_n, tc_order, dot_order, tc_pos, tc_rbase."""
         return (self.tc_ptr, self.tc_m, self.tc_n, self.tc_order, self.dot_order, self.tc_pos, self.tc_rbase)
 
+    def dot_panels(self, rows: torch.Tensor, cols: torch.Tensor, N: int, width: int, entries: int) -> "DotPanels":
+        """The dot-product entries by column panels, for the `cuda` kernel that reads B's
+        columns itself (codegen/cuda_sddmm.py `<kernel>_panels`), as DotPanels. `rows`, `cols`:
+        the pattern's indices (int32, on the plan's device); panel p is B's columns [p * width,
+        (p + 1) * width) (`width` a power of two); a work item holds at most `entries` entries
+        of one panel. Memoized per (width, entries). ValueError if a row times `width` does not
+        fit int32."""
+        key = ("panels", width, entries)
+        if key not in self._memo:
+            self._memo[key] = _dot_panels(self.dot_order, rows, cols, N, width, entries)
+        return self._memo[key]
+
     def launch_tensors(self, target: str) -> tuple[torch.Tensor, ...]:
         """The launch data a `target`'s sampled-gemm kernels take after B transposed."""
         return self.cuda_tensors() if target == "cuda" else self.tensors()
+
+
+@dataclass(frozen=True, eq=False)
+class DotPanels:
+    """A plan's dot-product entries grouped by panels of `width` consecutive columns of B
+    (DispatchPlan.dot_panels), for `<kernel>_panels` (codegen/cuda_sddmm.py), which loads a
+    panel of B into shared memory once per work item and reads no transposed B.
+
+    - data: int32 [3 * n_items + 2 * n_dot], passed in dot_order's place:
+      - items [n_items, 3]: (panel, first, end), each a range of at most `entries` entries of
+        one panel, in panel order;
+      - rc [n_dot]: the entries sorted by (column, row), each as row * width + column % width;
+      - order [n_dot]: each sorted entry's index into rows/cols/P.
+    - n_items: the kernel's grid.
+    - per_panel: the mean entries per panel that has any (the runtime takes this path where it
+      is small: `tkc.cuda_runtime.PANELS_PER_PANEL_MAX`)."""
+
+    data: torch.Tensor
+    n_items: int
+    per_panel: float
+
+
+def _dot_panels(dot: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, N: int, width: int,
+                entries: int) -> DotPanels:
+    if width <= 0 or width & (width - 1) or entries <= 0:
+        raise ValueError(f"panel width {width} and {entries} entries per item: expected a power of two and a positive int")
+    dev = dot.device
+    e = dot.long()
+    r, c = rows[e].long(), cols[e].long()
+    if e.numel() and int(r.max()) >= (_INT32_MAX + 1) // width:
+        raise ValueError(f"row {int(r.max())} times the panel width {width} does not fit int32")
+    sort = torch.sort(c * (int(r.max()) + 1 if e.numel() else 1) + r, stable=True).indices if e.numel() else e
+    r, c, e = r[sort], c[sort], e[sort]
+    panels = max(-(-N // width), 1)
+    counts = torch.bincount(c // width, minlength=panels)
+    starts = counts.cumsum(0) - counts
+    chunks = -(-counts // entries)
+    pid = torch.repeat_interleave(torch.arange(panels, device=dev), chunks)
+    within = torch.arange(pid.numel(), device=dev) - torch.repeat_interleave(chunks.cumsum(0) - chunks, chunks)
+    first = starts[pid] + within * entries
+    end = torch.minimum(first + entries, starts[pid] + counts[pid])
+    items = torch.stack([pid, first, end], 1).reshape(-1)
+    data = torch.cat([items, r * width + c % width, e]).int().contiguous()
+    used = int((counts > 0).sum())
+    return DotPanels(data, pid.numel(), e.numel() / used if used else 0.0)
 
 
 def dispatch_plan(p: SparsePattern, BM: int, BN: int, dot_below: int) -> DispatchPlan:

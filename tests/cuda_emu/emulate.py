@@ -40,26 +40,32 @@ def gxx() -> str | None:
     return None if r.returncode else path
 
 
-def build(source: str, dtypes: list[str], n_scalars: int, workdir: str, refs=(), nulls=()) -> str:
+def build(source: str, dtypes: list[str], n_scalars: int, workdir: str, refs=(), nulls=(), kernel=None) -> str:
     """Compile CUDA `source` (tensor arguments of `dtypes`, then `n_scalars` int scalars) into an
     executable `workdir/k` that reads the tensors' bytes from argv[1], the scalars from argv[3:],
     runs the grid and writes the tensors' bytes to argv[2]; returns its path. Scalars at the
     positions `refs` are passed by address (the kernel reads them from memory: `scalar_refs`); the
     tensors at the positions `nulls` are passed as null pointers (their bytes are still read and
-    written back)."""
+    written back). `kernel`: (name, block x) of another kernel of the source than the launch
+    line's (an SDDMM's `<kernel>_panels`), run over a grid of one row whose length is read from
+    argv after the scalars (before the tensors' sizes)."""
     config = cuda.launch_config(source)
+    if kernel is not None:
+        config = {**config, "kernel": kernel[0], "grid": ["tk_grid_x", 1, 1], "block": [kernel[1], 1, 1],
+                  "pdl": False, "dynamic": []}
     if config["cluster"] != [1, 1, 1]:
         raise ValueError("the CPU emulation runs no thread-block clusters")
-    kernel = source.split("// ---- kernel ----")[1].split("\n", 1)[1].replace('extern "C" ', "")
+    body = source.split("// ---- kernel ----")[1].split("\n", 1)[1].replace('extern "C" ', "")
     # dynamic dims are int arguments after the scalars (read from argv after them); a grid extent
     # that depends on them is computed from them
     names = [n for n, _, _ in config.get("dynamic", [])]
     n_dyn = len(names)
-    gx, gy, gz = (g if isinstance(g, int) else cuda.c_expr(exprs.parse(g), lambda n: f"s{n_scalars + names.index(n)}")
-                  for g in config["grid"])
+    gx, gy, gz = (g if isinstance(g, int) or g == "tk_grid_x"
+                  else cuda.c_expr(exprs.parse(g), lambda n: f"s{n_scalars + names.index(n)}") for g in config["grid"])
     threads = config["block"][0]
     n_scalars += n_dyn
-    decl = "\n".join(f"    std::vector<unsigned char> b{i}(std::stoul(argv[{3 + n_scalars + i}]));"
+    extra = int(kernel is not None)  # the grid's length, after the scalars
+    decl = "\n".join(f"    std::vector<unsigned char> b{i}(std::stoul(argv[{3 + n_scalars + extra + i}]));"
                      for i in range(len(dtypes)))
     reads = "\n".join(f"    if (fread(b{i}.data(), 1, b{i}.size(), f) != b{i}.size()) return 3;" for i in range(len(dtypes)))
     writes = "\n".join(f"    fwrite(b{i}.data(), 1, b{i}.size(), f);" for i in range(len(dtypes)))
@@ -69,6 +75,8 @@ def build(source: str, dtypes: list[str], n_scalars: int, workdir: str, refs=(),
     if config.get("pdl"):  # the last argument: launched programmatically (never, here)
         args.append("0")
     scalars = "\n".join(f"    const int s{j} = std::stoi(argv[{3 + j}]);" for j in range(n_scalars))
+    if extra:
+        scalars += f"\n    const int tk_grid_x = std::stoi(argv[{3 + n_scalars}]);"
     main = f"""
 #include <string>
 int main(int, char** argv) {{
@@ -89,6 +97,7 @@ int main(int, char** argv) {{
         for (int t = 0; t < {threads}; ++t)
             ts.emplace_back([&, t] {{
                 threadIdx.x = t, blockIdx.x = bx, blockIdx.y = by, blockIdx.z = bz;
+                gridDim.x = {gx}, gridDim.y = {gy}, gridDim.z = {gz};
                 g_groups.clear(), g_open.clear();
                 {config["kernel"]}({", ".join(args)});
             }});
@@ -101,7 +110,7 @@ int main(int, char** argv) {{
 """
     path = os.path.join(workdir, "k.cpp")
     with open(path, "w") as f:
-        f.write('#include "shim.h"\n' + kernel + main)
+        f.write('#include "shim.h"\n' + body + main)
     exe = os.path.join(workdir, "k")
     r = subprocess.run([gxx(), "-std=c++20", "-O1", "-pthread", f"-I{HERE}", path, "-o", exe],
                        capture_output=True, text=True, timeout=600)

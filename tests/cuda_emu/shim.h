@@ -21,9 +21,10 @@
 #include <vector>
 #include <type_traits>
 struct dim3_ { int x = 0, y = 0, z = 0; };
-thread_local dim3_ threadIdx, blockIdx;
+thread_local dim3_ threadIdx, blockIdx, gridDim;
 std::barrier<>* g_bar;
 alignas(128) unsigned char smem[232448];
+#define smem_raw smem  // a kernel's dynamic shared memory (`extern __shared__ unsigned char smem_raw[]`)
 #define __global__
 #define __device__
 #define __forceinline__ inline

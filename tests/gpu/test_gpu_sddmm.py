@@ -79,7 +79,7 @@ def _operands(M: int, N: int, K: int, dtype, seed: int):
     return A.cuda(), B.cuda()
 
 
-SHAPES = [(157, 203, 40, 3000, "uniform"),  # partial tiles, K % 16 != 0
+SHAPES = [(157, 200, 40, 3000, "uniform"),  # partial tiles, K % 16 != 0; on `cuda` dot products by column panels
           (300, 260, 256, 30000, "rmat"),  # dense and sparse tiles
           (64, 48, 24, 64 * 48, "uniform")]  # every position
 
@@ -97,6 +97,27 @@ def test_examples_on_both_paths(target, example, shape, cache_dir):
     for split in SPLITS.values():
         kernel.dot_below = split
         _check(kernel, A, B, p)
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_cuda_dot_products_by_panels_and_by_rows(example, cache_dir, monkeypatch):
+    """Both forms of the `cuda` dot products on one kernel and pattern: by column panels of B
+    (`<kernel>_panels`) and by rows after B's transpose (`<kernel>_dots`), forced by the
+    runtime's threshold (tkc.runtime.PANEL_MEAN_MAX); N = 328, so the last panel is half past N;
+    R-MAT columns, so panels hold from none to hundreds of entries and split into several items."""
+    from tkc import runtime
+
+    kernel = tkc.compile(os.path.join(ROOT, "examples", f"{example}.tk"), target="cuda", cache_dir=cache_dir)
+    A, B = _operands(400, 328, 136, torch.float16, 21)
+    p = _pattern("rmat", 400, 328, 12000, 21, kernel.inputs[2].dtype)
+    kernel.dot_below = SPLITS["dots"]
+    chosen = []  # the launch keywords of each call
+    given = kernel._b_transposed
+    monkeypatch.setattr(kernel, "_b_transposed", lambda *a: chosen.append(given(*a)[1]) or given(*a))
+    for most in (10**9, 0):  # panels, then rows
+        monkeypatch.setattr(runtime, "PANEL_MEAN_MAX", most)
+        _check(kernel, A, B, p)
+        assert ("dot_panels" in chosen[-1]) == (most > 0) and ("fill_bt" in chosen[-1]) == (most == 0), chosen[-1]
 
 
 @pytest.mark.parametrize("target", TARGETS)
