@@ -766,6 +766,11 @@ def test_cuda_dot_products_go_by_column_panels_where_panels_are_sparse():
 
     class Launch:  # what _b_transposed reads of a CudaLaunch
         panel_kernel, panel_width, panel_entries, tc_reads_bt = "sddmm_panels", 16, 128, True
+        slots = 1056  # the panel kernel's blocks resident at once (132 SMs x 8 on an H200)
+
+        @classmethod
+        def panel_slots(cls, index):
+            return cls.slots
 
     B = torch.randn(256, 2000, dtype=torch.float16)
     sparse = sp.uniform(2000, 2000, 40_000, seed=1)  # 20 per column: 320 per panel of 16
@@ -774,9 +779,16 @@ def test_cuda_dot_products_go_by_column_panels_where_panels_are_sparse():
         plan = sp.dispatch_plan(p, 128, 128, 128 * 128 + 1)  # every entry a dot product
         bt, kw = kernel._b_transposed(plan, B, Launch, (p.rows, p.cols))
         assert tuple(bt.shape) == (2000, 256)
-        if panels_expected:
+        if panels_expected:  # 250 items of 256 entries would leave resident blocks idle: items of 128
             assert set(kw) == {"dot_panels"} and kw["dot_panels"] is plan.dot_panels(p.rows, p.cols, 2000, 16, 128)
             assert 0 < kw["dot_panels"].per_panel <= PANEL_MEAN_MAX
+            assert kernel._b_transposed(plan, B, Launch, (p.rows, p.cols))[1] == kw  # the choice is kept per plan
+            for slots, entries in ((250, 256), (251, 128)):  # 250 items of 256 entries fill 250 resident blocks
+                Launch.slots = slots
+                for k in [k for k in plan._memo if k[0] == "panel_choice"]:  # (another GPU)
+                    del plan._memo[k]
+                assert kernel._b_transposed(plan, B, Launch, (p.rows, p.cols))[1]["dot_panels"] is plan.dot_panels(
+                    p.rows, p.cols, 2000, 16, entries)
         else:
             assert plan.dot_panels(p.rows, p.cols, 2000, 16, 128).per_panel > PANEL_MEAN_MAX
             assert kw == {"fill_bt": True, "dot_sequential": True}

@@ -139,14 +139,14 @@ def _check_panels(tmp_path, M, N, K, nnz, dense, seed, rmat=False):
 @pytest.mark.parametrize("dense", [False, True])
 def test_panel_path_against_torch(tmp_path, dense):
     """Panels of 8 f32 columns, the last one cut by N = 44; a work item of at most 128 entries, so
-    a dense panel's entries span several blocks; at K = 128, 8 lanes per entry: two rounds of 64
-    entries per block, the last ending mid-warp."""
-    _check_panels(tmp_path, 300, 44, 128, 1500, dense, 3)
+    a dense panel's entries span several blocks; at K = 256, 16 lanes per entry and 8 entries per
+    group: two rounds of 64 entries per full item, a short item's last ending mid-warp."""
+    _check_panels(tmp_path, 300, 44, 256, 1500, dense, 3)
 
 
 def test_panel_path_rmat_against_torch(tmp_path):
     """Power-law columns: panels from empty to hundreds of entries; K = 276, 16 lanes per entry
-    (four rounds of 32 entries per full item), K not a multiple of the lanes' stride (64)."""
+    (two rounds of 64 entries per full item), K not a multiple of the lanes' stride (64)."""
     _check_panels(tmp_path, 200, 64, 276, 2000, False, 4, rmat=True)
 
 

@@ -358,9 +358,10 @@ class CudaLaunch:
                 stream = self._streams[(index, handle)] = cupy.cuda.ExternalStream(handle, index)
         return stream
 
-    def resident(self, index: int, function: int, smem: int | None = None) -> tuple[int, int]:
+    def resident(self, index: int, function: int, smem: int | None = None, block=None) -> tuple[int, int]:
         """(blocks of CUfunction `function` resident per SM at once, SMs) on device `index`, from the
-        driver's occupancy calculator (the launch's block; `smem` bytes, default the launch's)."""
+        driver's occupancy calculator (`block`, default the launch's; `smem` bytes, default the
+        launch's)."""
         key = (index, function)
         if key not in self._resident:
             import torch
@@ -368,13 +369,21 @@ class CudaLaunch:
             count = ctypes.c_int(0)
             occupancy = _libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor
             occupancy.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-            status = occupancy(ctypes.byref(count), ctypes.c_void_p(function), int(math.prod(self.block)),
+            status = occupancy(ctypes.byref(count), ctypes.c_void_p(function), int(math.prod(block or self.block)),
                                self.smem if smem is None else smem)
             if status:
                 raise BackendError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed with CUDA driver error {status}")
             sms = torch.cuda.get_device_properties(index).multi_processor_count
             self._resident[key] = (count.value, sms)
         return self._resident[key]
+
+    def panel_slots(self, index: int) -> int:
+        """How many blocks of `<kernel>_panels` are resident at once on device `index` (the
+        runtime sizes the work items of tkc.sparse.DotPanels by it: tkc/runtime.py
+        `_b_transposed`)."""
+        per_sm, sms = self.resident(index, self.function(index, self.panel_kernel).kernel.ptr, self.panel_smem,
+                                    self.panel_block)
+        return per_sm * sms
 
     def tile_launch(self, index: int, n_tc: int, n_dot: int) -> tuple[str, int, int]:
         """(kernel, grid, shared memory bytes) of the tensor-core tiles of a call with `n_tc` tiles

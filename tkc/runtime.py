@@ -556,8 +556,8 @@ class Kernel:
         seq = {"dot_sequential": True} if self.target == "cuda" and plan.dot_sequential else {}
         tiles_read_bt = bool(plan.n_tc and getattr(jit, "tc_reads_bt", False))
         if self.target == "cuda" and plan.n_dot and not tiles_read_bt and getattr(jit, "panel_kernel", None):
-            panels = plan.dot_panels(*pattern_tensors, b.shape[1], jit.panel_width, jit.panel_entries)
-            if _panels_preferred(panels):
+            panels = _panels_for(plan, jit, pattern_tensors, b.shape[1], b.get_device())
+            if panels is not None:
                 return b.reshape(b.shape[1], b.shape[0]), {"dot_panels": panels}
         if plan.n_dot == 0 and not tiles_read_bt:
             return b.reshape(b.shape[1], b.shape[0]), seq
@@ -636,13 +636,29 @@ class Kernel:
 # denser panels keep B's transpose and `<kernel>_dots` (entries by rows, consecutive entries sharing A's row in L1).
 # H200, us per call, panels / transpose and dots (benchmarks/probes/sddmm_col_panels.py, docs/PERFORMANCE.md):
 # 4000^2 88k uniform (352 per panel) 15.1 / 15.8, R-MAT 16.3 / 19.9; 37000^2 368k (160) 51.8 / 54.5; 35000^2 422k
-# (193) 53.3 / 56.1; 10000^2 1M (1600) 87.0 / 75.6.
+# (193) 53.3 / 56.1; 10000^2 1M (1600) 87.0 / 75.6 (work items of 128 entries). Items of 256 entries where they
+# still fill the resident blocks: 37000^2 48.3, 35000^2 51.5 (in one call where items of 128 took 52.6 and 52.9; at
+# 4000^2, 500 items of 256 took 20.4 against 16.2 for 760 of 128).
 PANEL_MEAN_MAX = 512
 
 
 def _panels_preferred(panels) -> bool:
     """Whether a `cuda` SDDMM call computes its dot products by column panels (PANEL_MEAN_MAX)."""
     return 0 < panels.per_panel <= PANEL_MEAN_MAX
+
+
+def _panels_for(plan, jit, pattern_tensors, N: int, index: int):
+    """The tkc.sparse.DotPanels a `cuda` SDDMM call takes (None: B's transpose and the dot products
+    by rows), kept in the plan per (N, launch, device, threshold): work items of twice the launch
+    line's `panel_entries` where they still fill the panel kernel's resident blocks
+    (`panel_slots`: fewer loads of each panel), else of `panel_entries`."""
+    key = ("panel_choice", N, jit.panel_width, jit.panel_entries, index, PANEL_MEAN_MAX)
+    if key not in plan._memo:
+        panels = plan.dot_panels(*pattern_tensors, N, jit.panel_width, 2 * jit.panel_entries)
+        if _panels_preferred(panels) and panels.n_items < jit.panel_slots(index):
+            panels = plan.dot_panels(*pattern_tensors, N, jit.panel_width, jit.panel_entries)
+        plan._memo[key] = panels if _panels_preferred(panels) else None
+    return plan._memo[key]
 
 
 def _built_key(dims: dict[str, int], scalar_refs, consts: dict[str, int]) -> tuple:

@@ -42,10 +42,9 @@ from sddmm_overhead import graph_us  # noqa: E402
 from tkc import cuda_runtime  # noqa: E402
 from tkc import sparse as sp  # noqa: E402
 
-SHAPES = [(4000, 4000, 256, 88_000, "uniform"), (4000, 4000, 256, 88_000, "rmat"),
-          (37000, 37000, 256, 368_000, "uniform"), (35000, 35000, 256, 422_000, "uniform"),
-          (10000, 10000, 256, 1_000_000, "uniform")]
-VARIANTS = ["128-128-4", "128-128-4-pre", "256-128-4-pre", "128-64-4-pre", "64-64-4-pre", "128-128-2-pre", "256-256-4-pre"]
+SHAPES = [(4000, 4000, 256, 88_000, "uniform"), (37000, 37000, 256, 368_000, "uniform"),
+          (35000, 35000, 256, 422_000, "uniform")]
+VARIANTS = ["128-128-4", "128-128-8", "128-128-6", "256-128-4", "256-128-8", "256-128-6"]
 PW = 16
 
 SOURCE = r"""
