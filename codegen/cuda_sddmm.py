@@ -98,8 +98,9 @@ TRANSPOSE_THREADS = 256
 PANEL_BYTES = 32
 PANEL_ENTRIES = 128
 PANEL_THREADS = 128
-PANEL_ENTRIES_AT_ONCE = 8  # entries a group of lanes computes at once in `<kernel>_panels` (E = 4 for the rows'
-# kernel): 37000^2 with 368k uniform entries 48.1 -> 45.7 us, 4000^2 88k 15.0 -> 14.8 (H200, sddmm_col_panels.py)
+# entries a group of lanes computes at once in `<kernel>_panels`: 8 measured faster in the probe
+# (benchmarks/probes/sddmm_col_panels.py) but slower in benchmarks/sddmm.py (H200, docs/PERFORMANCE.md)
+PANEL_ENTRIES_AT_ONCE = 4
 PANEL_SMEM_MAX = 48 * 1024  # static shared memory: K up to 1528 for f16
 
 

@@ -756,7 +756,8 @@ def test_explain_states_when_the_tiles_walk(k, target, walk, tmp_path):
 def test_cuda_dot_products_go_by_column_panels_where_panels_are_sparse():
     """The `cuda` runtime's choice per pattern (tkc/runtime.py `_b_transposed`): the dot products
     by column panels of B itself (`dot_panels`, no Bt filled) where the panels holding entries
-    have at most PANEL_MEAN_MAX on average and no tile reads Bt; else B's transpose and the dot
+    have at most PANEL_MEAN_MAX on average, B takes at most half the L2 and no tile reads Bt;
+    else B's transpose and the dot
     products by rows (`fill_bt`, with `dot_sequential` where every entry is one in S's order).
     Other targets never take panels."""
     from tkc import sparse as sp
@@ -767,10 +768,15 @@ def test_cuda_dot_products_go_by_column_panels_where_panels_are_sparse():
     class Launch:  # what _b_transposed reads of a CudaLaunch
         panel_kernel, panel_width, panel_entries, tc_reads_bt = "sddmm_panels", 16, 128, True
         slots = 1056  # the panel kernel's blocks resident at once (132 SMs x 8 on an H200)
+        l2 = 50 * 2**20  # an H200's L2
 
         @classmethod
         def panel_slots(cls, index):
             return cls.slots
+
+        @classmethod
+        def l2_bytes(cls, index):
+            return cls.l2
 
     B = torch.randn(256, 2000, dtype=torch.float16)
     sparse = sp.uniform(2000, 2000, 40_000, seed=1)  # 20 per column: 320 per panel of 16
@@ -797,6 +803,10 @@ def test_cuda_dot_products_go_by_column_panels_where_panels_are_sparse():
     assert plan.n_tc and plan.n_dot
     assert kernel._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1] == {"fill_bt": True}
     Launch.tc_reads_bt = False
+    assert set(kernel._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1]) == {"dot_panels"}
+    Launch.l2 = 2 * B.numel() * B.element_size() - 2  # B over half the L2: each panel's pieces from DRAM
+    assert kernel._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1] == {"fill_bt": True}
+    Launch.l2 += 2
     assert set(kernel._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1]) == {"dot_panels"}
     Launch.panel_kernel = None  # no panel kernel (B's rows not in 16-byte vectors)
     assert kernel._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1] == {"fill_bt": True}

@@ -377,6 +377,17 @@ class CudaLaunch:
             self._resident[key] = (count.value, sms)
         return self._resident[key]
 
+    @staticmethod
+    def l2_bytes(index: int) -> int:
+        """The L2 cache of device `index`, bytes (the runtime takes the column panels only where
+        B fits a share of it: tkc/runtime.py PANEL_B_L2_SHARE); 0 where torch does not report it
+        (then no call takes the panels)."""
+        if index not in _L2_BYTES:
+            import torch
+
+            _L2_BYTES[index] = int(getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0))
+        return _L2_BYTES[index]
+
     def panel_slots(self, index: int) -> int:
         """How many blocks of `<kernel>_panels` are resident at once on device `index` (the
         runtime sizes the work items of tkc.sparse.DotPanels by it: tkc/runtime.py
@@ -420,6 +431,9 @@ class CudaLaunch:
 
 
 _programmatic = contextvars.ContextVar("tkc_programmatic_launch", default=False)
+
+
+_L2_BYTES: dict[int, int] = {}  # device index -> L2 cache bytes (CudaLaunch.l2_bytes)
 
 
 @contextlib.contextmanager

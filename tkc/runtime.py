@@ -555,7 +555,8 @@ class Kernel:
         kernel reads Bt unless the tiles do. `pattern_tensors`: the pattern's rows and cols."""
         seq = {"dot_sequential": True} if self.target == "cuda" and plan.dot_sequential else {}
         tiles_read_bt = bool(plan.n_tc and getattr(jit, "tc_reads_bt", False))
-        if self.target == "cuda" and plan.n_dot and not tiles_read_bt and getattr(jit, "panel_kernel", None):
+        if (self.target == "cuda" and plan.n_dot and not tiles_read_bt and getattr(jit, "panel_kernel", None)
+                and b.numel() * b.element_size() <= jit.l2_bytes(b.get_device()) * PANEL_B_L2_SHARE):
             panels = _panels_for(plan, jit, pattern_tensors, b.shape[1], b.get_device())
             if panels is not None:
                 return b.reshape(b.shape[1], b.shape[0]), {"dot_panels": panels}
@@ -640,6 +641,11 @@ class Kernel:
 # still fill the resident blocks: 37000^2 48.3, 35000^2 51.5 (in one call where items of 128 took 52.6 and 52.9; at
 # 4000^2, 500 items of 256 took 20.4 against 16.2 for 760 of 128).
 PANEL_MEAN_MAX = 512
+# ... and where B takes at most this share of the GPU's L2: each work item reads its panel as one 32-byte piece of
+# each of K rows of B, cheap from L2. Where B was larger (106000^2 with 3M uniform entries, 54 MB; 916000^2 with 5M,
+# 469 MB) the panels' first form (8 entries per group) took 442.7 and 1304.9 us per call against 303.1 and 1158.0 for
+# the rows in an earlier table (H200, 50 MB L2; docs/PERFORMANCE.md); below it, 37000^2 (19 MB) gained 14%.
+PANEL_B_L2_SHARE = 0.5
 
 
 def _panels_preferred(panels) -> bool:

@@ -809,6 +809,10 @@ MUTANTS: list[Mutant] = [
       "return 0 < panels.per_panel <= PANEL_MEAN_MAX", "return panels.per_panel > PANEL_MEAN_MAX",
       "the cuda runtime takes the column panels where they are dense and the rows where they are sparse", "cpu",
       tests=("tests/test_sddmm.py",)),
+    M("runtime-panels-past-l2", "tkc/runtime.py",
+      "<= jit.l2_bytes(b.get_device()) * PANEL_B_L2_SHARE):", "<= jit.l2_bytes(b.get_device()) * 4):",
+      "the cuda runtime takes the column panels where B is larger than half the L2 (its pieces then come from DRAM)",
+      "cpu", tests=("tests/test_sddmm.py",)),
     M("cuda-runtime-panels-dots-grid", "tkc/cuda_runtime.py",
       "kernels.append((self.panel_kernel, (n_items, 1, 1), self.panel_block, self.panel_smem, False))",
       "kernels.append((self.panel_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.panel_block, "
