@@ -1,7 +1,7 @@
 """CUDA lowering of the sampled gemm (SDDMM, seed 003): a `tiles` grid holding one `tile.sampled_gemm`.
 
-Two kernels in one translation unit (and B's transposition, and at K <= 32 the tile kernel's
-persistent twin), launched one after the other by
+Two kernels in one translation unit (and B's transposition, at K <= 32 the tile kernel's
+persistent twin, and the dot products by column panels), launched one after the other by
 tkc/cuda_runtime.py over the launch data of tkc.sparse.DispatchPlan (passed after the outputs: B
 transposed as Bt [N, K], then tc_ptr, tc_m, tc_n, tc_order, dot_order, tc_pos, tc_rbase
 (`DispatchPlan.cuda_tensors`), then the counts n_tc and n_dot as ints):
@@ -55,6 +55,12 @@ transposed as Bt [N, K], then tc_ptr, tc_m, tc_n, tc_order, dot_order, tc_pos, t
   null dot_order (the runtime's `dot_sequential`: every entry a dot product, S in (row, column)
   order) means entry i is the i-th: one dependent load fewer per round (4000^2 with 88k uniform
   entries: 16.8 -> 15.9 us per call, H200, docs/PERFORMANCE.md).
+- `<kernel>_panels` (where N and K are whole 16-byte vectors and B's panel fits 48 KB): the same
+  dot products by column panels of B (`_panel_products`), launched instead of B's transpose and
+  `<kernel>_dots` where the runtime's rule takes them (tkc/runtime.py `_panels_for`): one block
+  of PANEL_THREADS per work item of tkc.sparse.DotPanels, whose data is passed in dot_order's
+  place; no Bt (H200: 37000^2 with 368k uniform entries 54.4 -> 46.8 us per call, 4000^2 with
+  88k 15.9 -> 15.0-15.3).
 
 f16 and bf16 operands use both paths; f32 and f64 operands have no tensor-core path (the pass
 puts every tile on dot products, and only `<kernel>_dots` is generated). P is f32[NNZ] (P[e]) or
