@@ -15,9 +15,9 @@ end) of at most W entries each.
     source .device/env.sh && python3 benchmarks/probes/sddmm_col_panels.py [W-T-E ...]
 
 Each variant: W entries per item at most, T threads per block, E entries per group of G = 16
-lanes; `-pre` loads the first round's rows of A before the panel. The tkc call (examples/sddmm.tk
-through `cuda`, as the runtime launches it: at the time of the probe, B's transpose and the dot
-products with a null dot_order) is timed on the same data, in the same process. The kernel here
+lanes; `-pre` loads the first round's rows of A before the panel. The tkc call in its rows
+form (examples/sddmm.tk through `cuda`: B's transpose and `<kernel>_dots`, with a null dot_order
+where the plan allows it) is timed on the same data, in the same process. The kernel here
 is the hand-written original of codegen/cuda_sddmm.py `<kernel>_panels`. Results, and where the
 probe's pick (E = 8) disagreed with benchmarks/sddmm.py: docs/PERFORMANCE.md, "The dot products
 by column panels of B".
