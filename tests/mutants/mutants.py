@@ -765,9 +765,18 @@ MUTANTS: list[Mutant] = [
       "the dispatch plan sends entries to the path of another tile: some are computed twice, some never",
       "cpu", tests=("tests/test_sddmm.py",)),
     M("cuda-sddmm-dot-reduce-half", "codegen/cuda_sddmm.py",
-      "for (int o = G / 2; o > 0; o /= 2)",
-      "for (int o = G / 2; o > 1; o /= 2)",
+      'for (int o = G / 2; o > 0; o /= 2) sum[u] += __shfl_xor_sync(0xffffffffu, sum[u], o);")\n'
+      '    w(f"            if (e[u] >= 0',
+      'for (int o = G / 2; o > 1; o /= 2) sum[u] += __shfl_xor_sync(0xffffffffu, sum[u], o);")\n'
+      '    w(f"            if (e[u] >= 0',
       "CUDA: the dot products' shuffle reduction stops one step short (half the lanes' sums are lost)", "cpu",
+      tests=("tests/test_sddmm_cuda_emulated.py",)),
+    M("cuda-sddmm-panels-reduce-half", "codegen/cuda_sddmm.py",
+      'for (int o = G / 2; o > 0; o /= 2) sum[u] += __shfl_xor_sync(0xffffffffu, sum[u], o);")\n'
+      '    dense_index',
+      'for (int o = G / 2; o > 1; o /= 2) sum[u] += __shfl_xor_sync(0xffffffffu, sum[u], o);")\n'
+      '    dense_index',
+      "CUDA: the column panels' shuffle reduction stops one step short (half the lanes' sums are lost)", "cpu",
       tests=("tests/test_sddmm_cuda_emulated.py",)),
     M("cuda-sddmm-dots-round-stride-threads", "codegen/cuda_sddmm.py",
       "const int base = first + (it * (DOT_THREADS / G) + grp) * E;",
