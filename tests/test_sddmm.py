@@ -753,6 +753,26 @@ def test_explain_states_when_the_tiles_walk(k, target, walk, tmp_path):
     assert "sparse-dispatch for `S`" in out.stdout
 
 
+@pytest.mark.parametrize("defines, target, panels", [(("K=256",), "cuda", True), (("N=1500",), "cuda", False),
+                                                     (("K=256",), "tilelang-cpu", False)])
+def test_explain_states_when_the_dot_products_go_by_panels(defines, target, panels, tmp_path):
+    """`tkc compile --explain` through `cuda` adds the dot products' choice per pattern
+    (tkc/runtime.py `_panels_for`) where the module has the column-panel kernel: not where N is
+    not a whole number of 16-byte vectors (N = 1500 f16), nor through another target."""
+    import subprocess
+    import sys
+
+    args = [a for d in defines for a in ("-D", d)]
+    out = subprocess.run([sys.executable, "-m", "tkc.cli", "--cache-dir", str(tmp_path), "compile",
+                          os.path.join(ROOT, "examples", "sddmm.tk"), "--target", target, "--explain", *args],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    line = ("  launch (cuda): the dot products run by column panels of B itself (`sddmm_panels`, 16 columns per "
+            "panel, no transpose of B) where the panels holding entries average at most 512, B takes at most 50% of "
+            "the GPU's L2")
+    assert (line in out.stdout) == panels, out.stdout
+
+
 def test_cuda_dot_products_go_by_column_panels_where_panels_are_sparse():
     """The `cuda` runtime's choice per pattern (tkc/runtime.py `_b_transposed`): the dot products
     by column panels of B itself (`dot_panels`, no Bt filled) where the panels holding entries

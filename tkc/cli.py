@@ -222,7 +222,7 @@ def cmd_compile(args) -> int:
     if args.explain:  # the code is still written with -o
         from passes.sparse_dispatch import explain
 
-        lines = model_lines + explain(artifact.module) + _explain_walk(artifact)
+        lines = model_lines + explain(artifact.module) + _explain_walk(artifact) + _explain_panels(artifact)
         print("\n".join(lines) if lines else f"{args.file}: no pass decisions to explain (no sampled gemm; "
               "`--schedule model` explains the cost model's choice of constants)")
         if not args.output:
@@ -250,6 +250,25 @@ def _explain_walk(artifact) -> list[str]:
             f"runs the tiles on `{sddmm['walk_kernel']}`, the blocks resident at once each walking tiles "
             f"({sddmm['walk_smem']} bytes of shared memory per block); other calls run `{sddmm['tc_kernel']}`, "
             "a block per tile, beside the dot products"]
+
+
+def _explain_panels(artifact) -> list[str]:
+    """The `cuda` sampled gemm's choice per pattern for its dot products (tkc/runtime.py
+    `_panels_for`) where the module has the column-panel kernel (codegen/cuda_sddmm.py)."""
+    if artifact.target != "cuda":
+        return []
+    from codegen.cuda import launch_config
+
+    sddmm = launch_config(artifact.source).get("sddmm", {})
+    if not sddmm.get("panel_kernel"):
+        return []
+    from tkc.runtime import PANEL_B_L2_SHARE, PANEL_MEAN_MAX
+
+    tiles = " and no tensor-core tile reads B transposed" if sddmm.get("tc_reads_bt") else ""
+    return [f"  launch (cuda): the dot products run by column panels of B itself (`{sddmm['panel_kernel']}`, "
+            f"{sddmm['panel_width']} columns per panel, no transpose of B) where the panels holding entries average "
+            f"at most {PANEL_MEAN_MAX}, B takes at most {PANEL_B_L2_SHARE:.0%} of the GPU's L2{tiles}; else B is "
+            f"transposed and `{sddmm['dot_kernel']}` runs them by rows (decided per pattern at its first call)"]
 
 
 def _model_schedule(path: str, defines: dict[str, int], dynamic: tuple[str, ...]):
