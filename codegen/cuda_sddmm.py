@@ -850,7 +850,7 @@ def _panel_products(w, T: str, dense: bool) -> None:
     share of a column as 16-byte vectors; each group of G lanes computes PE entries at once from
     A's rows (global) and the panel, as `<kernel>_dots` does from Bt. The groups of a warp run
     the same trip count (the warp's first entry decides), so whole warps reach the shuffles."""
-    index = "(size_t)r[u] * N + j0 + c[u]" if dense else "e[u]"
+    index = "(size_t)rn[u] * N + j0 + cn[u]" if dense else "en[u]"  # P's index of this round's entry u
     w("    extern __shared__ __align__(128) unsigned char smem_raw[];")
     w(f"    {T} (*Bs)[K + VEC] = reinterpret_cast<{T} (*)[K + VEC]>(smem_raw);  // B's panel, transposed: Bs[column][k]")
     w("    const int tid = threadIdx.x;")
@@ -863,14 +863,7 @@ def _panel_products(w, T: str, dense: bool) -> None:
     w("    int base = first + grp * PE;")
     w("    int wb = first + (tid / 32) * (32 / G) * PE;  // the warp's first entry of the round")
     w("    int e[PE], r[PE], c[PE];")
-    w("    #pragma unroll")
-    w("    for (int u = 0; u < PE; ++u) {  // (an entry past the end reads row 0 and column j0: in bounds, unused)")
-    w("        const bool in = base + u < end;")
-    w("        e[u] = in ? order[base + u] : -1;")
-    w("        const int x = in ? rc[base + u] : 0;")
-    w("        r[u] = x / PW;")
-    w("        c[u] = x % PW;")
-    w("    }")
+    _panel_entries(w, "    ", "(an entry past the end reads row 0 and column j0: in bounds, unused)")
     w("    // launched programmatically after the tiles (if any): the plan's indices above were written before the")
     w("    // call, A and B are read and P written only after that kernel has finished")
     w("    tk_pdl_wait();")
@@ -911,22 +904,27 @@ def _panel_products(w, T: str, dense: bool) -> None:
         w("        for (int u = 0; u < PE; ++u) en[u] = e[u];")
     w("        base += (PANEL_THREADS / G) * PE;")
     w("        wb += (PANEL_THREADS / G) * PE;")
-    w("        #pragma unroll")
-    w("        for (int u = 0; u < PE; ++u) {  // the next round's indices, loading while this round's sums reduce")
-    w("            const bool in = base + u < end;")
-    w("            e[u] = in ? order[base + u] : -1;")
-    w("            const int x = in ? rc[base + u] : 0;")
-    w("            r[u] = x / PW;")
-    w("            c[u] = x % PW;")
-    w("        }")
+    _panel_entries(w, "        ", "the next round's indices, loading while this round's sums reduce")
     w("        #pragma unroll")
     w("        for (int u = 0; u < PE; ++u) {")
     w("            #pragma unroll")
     w("            for (int o = G / 2; o > 0; o /= 2) sum[u] += __shfl_xor_sync(0xffffffffu, sum[u], o);")
-    dense_index = index.replace("r[u]", "rn[u]").replace("c[u]", "cn[u]")
-    w(f"            if (en[u] >= 0 && gl == 0) P[{dense_index.replace('e[u]', 'en[u]')}] = tk_o(sum[u]);")
+    w(f"            if (en[u] >= 0 && gl == 0) P[{index}] = tk_o(sum[u]);")
     w("        }")
     w("    }")
+
+
+def _panel_entries(w, pad: str, note: str) -> None:
+    """The panel kernel's loads of a round's PE entries from `base` (their indices into P, rows
+    and columns in the panel), -1 past the item's end; `pad` indents, `note` comments the loop."""
+    w(f"{pad}#pragma unroll")
+    w(f"{pad}for (int u = 0; u < PE; ++u) {{  // {note}")
+    w(f"{pad}    const bool in = base + u < end;")
+    w(f"{pad}    e[u] = in ? order[base + u] : -1;")
+    w(f"{pad}    const int x = in ? rc[base + u] : 0;")
+    w(f"{pad}    r[u] = x / PW;")
+    w(f"{pad}    c[u] = x % PW;")
+    w(f"{pad}}}")
 
 
 def _to_f32(dt: str, x: str) -> str:

@@ -78,6 +78,29 @@ def _run(exe: str, work: str, arrays: list[np.ndarray], ints: list[int], out_at:
     return data[pos:pos + bufs[out_at].nbytes].view(np.float32).reshape(bufs[out_at].shape).copy()
 
 
+def _operands(M: int, N: int, K: int, seed: int):
+    """A [M, K] and B [K, N], f32, rows of A and columns of B scaled by powers of two from 1/16 to 8
+    (so that a wrong pairing of rows and columns shows)."""
+    g = torch.Generator().manual_seed(seed)
+    A = (torch.randn(M, K, generator=g) * torch.exp2(torch.randint(-4, 4, (M, 1), generator=g).float()))
+    B = (torch.randn(K, N, generator=g) * torch.exp2(torch.randint(-4, 4, (1, N), generator=g).float()))
+    return A, B
+
+
+def _assert_matches(module, got, A, B, p, dense: bool) -> None:
+    """`got` (P at p's entries, or dense with zeros elsewhere) against A @ B in float64 within the
+    oracle's tolerance for `module`."""
+    vals = (A.double() @ B.double())[p.rows.long(), p.cols.long()]
+    if dense:
+        ref = torch.zeros(A.shape[0], B.shape[1], dtype=torch.float64)
+        ref[p.rows.long(), p.cols.long()] = vals
+    else:
+        ref = vals
+    tol = oracle.error_budgets(module)["P"].tol("f32")
+    err = oracle.rel_error(got, ref)
+    assert err <= tol, f"relative error {err:.3e} > {tol:.3e}"
+
+
 def _check(tmp_path, M, N, K, nnz, bm, bn, dense, empty_every, seed, sequential=False):
     """`sequential`: dot_order passed as a null pointer, as the runtime does for a plan whose
     dot_order is 0, 1, ... (`dot_sequential`)."""
@@ -85,9 +108,7 @@ def _check(tmp_path, M, N, K, nnz, bm, bn, dense, empty_every, seed, sequential=
     exe, work, dot_below, module, _ = _kernel(tmp_path, (10,) if sequential else (), bm=bm, bn=bn, threads=64, fmt=fmt,
                                               out="M, N" if dense else "NNZ", M=M, N=N, K=K, nnz=nnz)
     p = sp.uniform(M, N, nnz, seed=seed)
-    g = torch.Generator().manual_seed(seed)
-    A = (torch.randn(M, K, generator=g) * torch.exp2(torch.randint(-4, 4, (M, 1), generator=g).float()))
-    B = (torch.randn(K, N, generator=g) * torch.exp2(torch.randint(-4, 4, (1, N), generator=g).float()))
+    A, B = _operands(M, N, K, seed)
     plan = sp.dispatch_plan(p, bm, bn, dot_below)
     assert plan.n_tc == 0 and plan.n_dot == nnz  # f32: every entry a dot product
     assert plan.dot_sequential  # S in (row, column) order
@@ -95,15 +116,7 @@ def _check(tmp_path, M, N, K, nnz, bm, bn, dense, empty_every, seed, sequential=
     arrays = [A.numpy(), B.numpy(), p.rows.numpy(), p.cols.numpy(), out, B.t().contiguous().numpy(),
               *[t.numpy() for t in plan.cuda_tensors()]]
     got = torch.from_numpy(_run(exe, work, arrays, [plan.n_tc, plan.n_dot], 4, dense))
-    vals = (A.double() @ B.double())[p.rows.long(), p.cols.long()]
-    if dense:
-        ref = torch.zeros(M, N, dtype=torch.float64)
-        ref[p.rows.long(), p.cols.long()] = vals
-    else:
-        ref = vals
-    tol = oracle.error_budgets(module)["P"].tol("f32")
-    err = oracle.rel_error(got, ref)
-    assert err <= tol, f"relative error {err:.3e} > {tol:.3e}"
+    _assert_matches(module, got, A, B, p, dense)
 
 
 def _check_panels(tmp_path, M, N, K, nnz, dense, seed, rmat=False):
@@ -114,9 +127,7 @@ def _check_panels(tmp_path, M, N, K, nnz, dense, seed, rmat=False):
                                                    out="M, N" if dense else "NNZ", M=M, N=N, K=K, nnz=nnz)
     sddmm = cuda.launch_config(source)["sddmm"]
     p = (sp.rmat if rmat else sp.uniform)(M, N, nnz, seed=seed)
-    g = torch.Generator().manual_seed(seed)
-    A = (torch.randn(M, K, generator=g) * torch.exp2(torch.randint(-4, 4, (M, 1), generator=g).float()))
-    B = (torch.randn(K, N, generator=g) * torch.exp2(torch.randint(-4, 4, (1, N), generator=g).float()))
+    A, B = _operands(M, N, K, seed)
     plan = sp.dispatch_plan(p, 16, 8, dot_below)
     assert plan.n_tc == 0 and plan.n_dot == nnz
     panels = plan.dot_panels(p.rows, p.cols, N, sddmm["panel_width"], sddmm["panel_entries"])
@@ -125,15 +136,7 @@ def _check_panels(tmp_path, M, N, K, nnz, dense, seed, rmat=False):
     launch[4] = panels.data.numpy()  # dot_order's place
     arrays = [A.numpy(), B.numpy(), p.rows.numpy(), p.cols.numpy(), out, np.full((N, K), np.nan, np.float32), *launch]
     got = torch.from_numpy(_run(exe, work, arrays, [plan.n_tc, plan.n_dot, panels.n_items], 4, dense))
-    vals = (A.double() @ B.double())[p.rows.long(), p.cols.long()]
-    if dense:
-        ref = torch.zeros(M, N, dtype=torch.float64)
-        ref[p.rows.long(), p.cols.long()] = vals
-    else:
-        ref = vals
-    tol = oracle.error_budgets(module)["P"].tol("f32")
-    err = oracle.rel_error(got, ref)
-    assert err <= tol, f"relative error {err:.3e} > {tol:.3e}"
+    _assert_matches(module, got, A, B, p, dense)
 
 
 @pytest.mark.parametrize("dense", [False, True])

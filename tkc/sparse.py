@@ -370,9 +370,10 @@ def _dot_panels(dot: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, N: in
     dev = dot.device
     e = dot.long()
     r, c = rows[e].long(), cols[e].long()
-    if e.numel() and int(r.max()) >= (_INT32_MAX + 1) // width:
-        raise ValueError(f"row {int(r.max())} times the panel width {width} does not fit int32")
-    sort = torch.sort(c * (int(r.max()) + 1 if e.numel() else 1) + r, stable=True).indices if e.numel() else e
+    rows_used = int(r.max()) + 1 if e.numel() else 1
+    if rows_used > (_INT32_MAX + 1) // width:
+        raise ValueError(f"row {rows_used - 1} times the panel width {width} does not fit int32")
+    sort = torch.sort(c * rows_used + r, stable=True).indices
     r, c, e = r[sort], c[sort], e[sort]
     panels = max(-(-N // width), 1)
     counts = torch.bincount(c // width, minlength=panels)

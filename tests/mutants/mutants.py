@@ -773,9 +773,9 @@ MUTANTS: list[Mutant] = [
       tests=("tests/test_sddmm_cuda_emulated.py",)),
     M("cuda-sddmm-panels-reduce-half", "codegen/cuda_sddmm.py",
       'for (int o = G / 2; o > 0; o /= 2) sum[u] += __shfl_xor_sync(0xffffffffu, sum[u], o);")\n'
-      '    dense_index',
+      '    w(f"            if (en[u] >= 0',
       'for (int o = G / 2; o > 1; o /= 2) sum[u] += __shfl_xor_sync(0xffffffffu, sum[u], o);")\n'
-      '    dense_index',
+      '    w(f"            if (en[u] >= 0',
       "CUDA: the column panels' shuffle reduction stops one step short (half the lanes' sums are lost)", "cpu",
       tests=("tests/test_sddmm_cuda_emulated.py",)),
     M("cuda-sddmm-dots-round-stride-threads", "codegen/cuda_sddmm.py",
