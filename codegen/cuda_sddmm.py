@@ -55,7 +55,8 @@ transposed as Bt [N, K], then tc_ptr, tc_m, tc_n, tc_order, dot_order, tc_pos, t
   null dot_order (the runtime's `dot_sequential`: every entry a dot product, S in (row, column)
   order) means entry i is the i-th: one dependent load fewer per round (4000^2 with 88k uniform
   entries: 16.8 -> 15.9 us per call, H200, docs/PERFORMANCE.md).
-- `<kernel>_panels` (where N and K are whole 16-byte vectors and B's panel fits 48 KB): the same
+- `<kernel>_panels` (where N and K are whole 16-byte vectors, B's panel fits 48 KB and a lane's
+  share of a row of A is at most PANEL_LANE_VECTORS_MAX vectors): the same
   dot products by column panels of B (`_panel_products`), launched instead of B's transpose and
   `<kernel>_dots` where the runtime's rule takes them (tkc/runtime.py `_panels_for`): one block
   of PANEL_THREADS per work item of tkc.sparse.DotPanels, whose data is passed in dot_order's
@@ -108,6 +109,9 @@ PANEL_THREADS = 128
 # (benchmarks/probes/sddmm_col_panels.py) but slower in benchmarks/sddmm.py (H200, docs/PERFORMANCE.md)
 PANEL_ENTRIES_AT_ONCE = 4
 PANEL_SMEM_MAX = 48 * 1024  # static shared memory: K up to 1528 for f16
+# a lane of `<kernel>_panels` holds a round's rows of A in registers, PE x this many 16-byte vectors at most (K up to
+# 1024 for f16, 512 for f32)
+PANEL_LANE_VECTORS_MAX = 4
 
 
 def sampled_launch(module: Module) -> tuple[Op, Op] | None:
@@ -189,7 +193,7 @@ def emit(module: Module) -> str:
     # the dot products by column panels of B: B's rows split into whole 16-byte vectors (N % vec == 0, K too)
     panel_w = PANEL_BYTES // esize
     panels = (f"{kname}_panels" if kvec and N % vec == 0 and panel_w * (K + vec) * esize <= PANEL_SMEM_MAX
-              and (M - 1) * panel_w < 2**31 else None)
+              and -(-K // (g * vec)) <= PANEL_LANE_VECTORS_MAX and (M - 1) * panel_w < 2**31 else None)
     # `kernel`/`grid` name what one launch runs when there is one kernel (the CPU emulation runs it)
     config = {"kernel": kname if tc else dots, "grid": [max(tiles_bound if tc else -(-nnz // dot_per_block), 1), 1, 1],
               "block": [threads if tc else dot_threads, 1, 1], "cluster": [1, 1, 1], "smem_bytes": smem,
@@ -843,30 +847,37 @@ def _dot_products(w, T: str, dense: bool, kvec: bool, vec: int) -> None:
 
 
 def _panel_products(w, T: str, dense: bool) -> None:
-    """Block b: work item b of the DotPanels data passed as dot_order (items [gridDim.x][3]
-    (panel, first, end), then rc [n_dot] (row * PW + column % PW, entries by column), then order
-    [n_dot] (their indices into P)). B's K x PW panel is loaded from B itself (two 16-byte
-    vectors per row) and stored transposed in shared memory, [PW][K + VEC], so a lane reads its
-    share of a column as 16-byte vectors; each group of G lanes computes PE entries at once from
-    A's rows (global) and the panel, as `<kernel>_dots` does from Bt. The groups of a warp run
-    the same trip count (the warp's first entry decides), so whole warps reach the shuffles."""
+    """Block b: work item b of the DotPanels data passed as dot_order (items [gridDim.x][2]
+    (panel, count), then rc [n_dot] (row * PW + column % PW, entries by column; item b's in slots
+    [b * W, b * W + count), W = n_dot / gridDim.x), then order [n_dot] (their indices into P, -1
+    in the slots past count)). The first round's slots load beside the item, and its rows of A
+    while B's K x PW panel loads from B itself (two 16-byte vectors per row) and is stored
+    transposed in shared memory, [PW][K + VEC], so a lane reads its share of a column as 16-byte
+    vectors. Each group of G lanes computes PE entries at once from the rows of A in its
+    registers (KC vectors per lane) and the panel, as `<kernel>_dots` does from Bt; the next
+    round's indices and rows of A load while a round's sums reduce. The groups of a warp run the
+    same trip count (the warp's first entry decides), so whole warps reach the shuffles."""
     index = "(size_t)rn[u] * N + j0 + cn[u]" if dense else "en[u]"  # P's index of this round's entry u
     w("    extern __shared__ __align__(128) unsigned char smem_raw[];")
     w(f"    {T} (*Bs)[K + VEC] = reinterpret_cast<{T} (*)[K + VEC]>(smem_raw);  // B's panel, transposed: Bs[column][k]")
     w("    const int tid = threadIdx.x;")
-    w("    const int* __restrict__ rc = dot_order + 3 * (size_t)gridDim.x;  // (after the items)")
+    w("    constexpr int KC = (K + G * VEC - 1) / (G * VEC);  // a lane's 16-byte vectors of a row: (q * G + gl) * VEC")
+    w("    const int W = n_dot / gridDim.x;  // each item's slots (n_dot is the slots of every item)")
+    w("    const int* __restrict__ rc = dot_order + 2 * (size_t)gridDim.x;  // (after the items)")
     w("    const int* __restrict__ order = rc + n_dot;")
-    w("    const int panel = dot_order[3 * blockIdx.x], first = dot_order[3 * blockIdx.x + 1], "
-      "end = dot_order[3 * blockIdx.x + 2];")
+    w("    const int panel = dot_order[2 * blockIdx.x], first = blockIdx.x * W, end = first + dot_order[2 * blockIdx.x + 1];")
     w("    const int j0 = panel * PW;")
     w("    const int grp = tid / G, gl = tid % G;")
     w("    int base = first + grp * PE;")
     w("    int wb = first + (tid / 32) * (32 / G) * PE;  // the warp's first entry of the round")
     w("    int e[PE], r[PE], c[PE];")
-    _panel_entries(w, "    ", "(an entry past the end reads row 0 and column j0: in bounds, unused)")
+    _panel_entries(w, "    ", "first + W", "the first round's, beside the item: its slots past count read order -1 and "
+                   "rc 0 (row 0, column j0: in bounds, unused)")
     w("    // launched programmatically after the tiles (if any): the plan's indices above were written before the")
     w("    // call, A and B are read and P written only after that kernel has finished")
     w("    tk_pdl_wait();")
+    w(f"    alignas(16) {T} av[PE][KC][VEC];  // the round's rows of A: lane gl's vectors")
+    _panel_rows(w, "    ", T, "the first round's, in flight with the panel")
     w("    for (int v = tid; v < K * 2; v += PANEL_THREADS) {  // the panel: row k's two 16-byte vectors")
     w("        const int k = v >> 1, h = v & 1;")
     w("        if (j0 + h * VEC < N) {")
@@ -878,21 +889,21 @@ def _panel_products(w, T: str, dense: bool) -> None:
     w("    }")
     w("    __syncthreads();")
     w("    #pragma unroll 1")
-    w("    while (wb < end) {")
+    w("    do {  // (every item has an entry: the first round runs unconditionally)")
     w("        float sum[PE];")
     w("        #pragma unroll")
-    w("        for (int u = 0; u < PE; ++u) sum[u] = 0.0f;")
-    w("        for (int k = gl * VEC; k < K; k += G * VEC) {")
-    w(f"            alignas(16) {T} av[PE][VEC], bv[PE][VEC];")
+    w("        for (int u = 0; u < PE; ++u) {")
+    w("            sum[u] = 0.0f;")
     w("            #pragma unroll")
-    w("            for (int u = 0; u < PE; ++u) {")
-    w("                tk_load<16>(av[u], A + (size_t)r[u] * K + k);")
-    w("                tk_load<16>(bv[u], &Bs[c[u]][k]);")
+    w("            for (int q = 0; q < KC; ++q) {")
+    w("                const int k = (q * G + gl) * VEC;")
+    w("                if (K % (G * VEC) == 0 || k < K) {")
+    w(f"                    alignas(16) {T} bv[VEC];")
+    w("                    tk_load<16>(bv, &Bs[c[u]][k]);")
+    w("                    #pragma unroll")
+    w("                    for (int t = 0; t < VEC; ++t) sum[u] = fmaf(tk_f(av[u][q][t]), tk_f(bv[t]), sum[u]);")
+    w("                }")
     w("            }")
-    w("            #pragma unroll")
-    w("            for (int u = 0; u < PE; ++u)")
-    w("                #pragma unroll")
-    w("                for (int t = 0; t < VEC; ++t) sum[u] = fmaf(tk_f(av[u][t]), tk_f(bv[u][t]), sum[u]);")
     w("        }")
     if dense:  # this round's entries (dense P: their rows and columns), while the next round's load
         w("        int en[PE], rn[PE], cn[PE];")
@@ -904,27 +915,40 @@ def _panel_products(w, T: str, dense: bool) -> None:
         w("        for (int u = 0; u < PE; ++u) en[u] = e[u];")
     w("        base += (PANEL_THREADS / G) * PE;")
     w("        wb += (PANEL_THREADS / G) * PE;")
-    _panel_entries(w, "        ", "the next round's indices, loading while this round's sums reduce")
+    w("        if (wb < end) {")
+    _panel_entries(w, "            ", "end", "the next round's, loading while this round's sums reduce")
+    _panel_rows(w, "            ", T, "and its rows of A")
+    w("        }")
     w("        #pragma unroll")
     w("        for (int u = 0; u < PE; ++u) {")
     w("            #pragma unroll")
     w("            for (int o = G / 2; o > 0; o /= 2) sum[u] += __shfl_xor_sync(0xffffffffu, sum[u], o);")
     w(f"            if (en[u] >= 0 && gl == 0) P[{index}] = tk_o(sum[u]);")
     w("        }")
-    w("    }")
+    w("    } while (wb < end);")
 
 
-def _panel_entries(w, pad: str, note: str) -> None:
+def _panel_entries(w, pad: str, bound: str, note: str) -> None:
     """The panel kernel's loads of a round's PE entries from `base` (their indices into P, rows
-    and columns in the panel), -1 past the item's end; `pad` indents, `note` comments the loop."""
+    and columns in the panel), -1 from `bound` on; `pad` indents, `note` comments the loop."""
     w(f"{pad}#pragma unroll")
     w(f"{pad}for (int u = 0; u < PE; ++u) {{  // {note}")
-    w(f"{pad}    const bool in = base + u < end;")
+    w(f"{pad}    const bool in = base + u < {bound};")
     w(f"{pad}    e[u] = in ? order[base + u] : -1;")
     w(f"{pad}    const int x = in ? rc[base + u] : 0;")
     w(f"{pad}    r[u] = x / PW;")
     w(f"{pad}    c[u] = x % PW;")
     w(f"{pad}}}")
+
+
+def _panel_rows(w, pad: str, T: str, note: str) -> None:
+    """The panel kernel's loads of a round's rows of A into av: lane gl's KC vectors of row r[u]."""
+    w(f"{pad}#pragma unroll")
+    w(f"{pad}for (int u = 0; u < PE; ++u)  // {note}")
+    w(f"{pad}    #pragma unroll")
+    w(f"{pad}    for (int q = 0; q < KC; ++q)")
+    w(f"{pad}        if (K % (G * VEC) == 0 || (q * G + gl) * VEC < K) "
+      "tk_load<16>(av[u][q], A + (size_t)r[u] * K + (q * G + gl) * VEC);")
 
 
 def _to_f32(dt: str, x: str) -> str:

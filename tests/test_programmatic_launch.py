@@ -269,7 +269,9 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     for call in range(5):
         stream[0] = 78 if call == 2 else 77
         seq = call == 3 and n_tc == 0
-        panels = sp.DotPanels(_FakeTensor(1 << 30, (3 * 7 + 2 * n_dot,)), 7, 3.0) if call == 4 else None
+        # (7 work items of 32 slots: the launches take the slots as n_dot)
+        panels = sp.DotPanels(_FakeTensor(1 << 30, (2 * 7 + 2 * 7 * 32,)), 7, 3.0, 7 * 32) if call == 4 else None
+        nd = panels.slots if panels and n_dot else n_dot
         tensors = [_FakeTensor(4096 * (i + 1) + (1 << 20) * call * (i in (0, 1, 4, 5)), s) for i, s in enumerate(shapes)]
         launched.clear()
         programmatic_at.clear()
@@ -287,20 +289,20 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
             name, tile, threads = launch.transpose
             want.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), [ptrs[1], ptrs[5]], 0))
         if n_tc:
-            if K == 32 and n_dot <= 16 * n_tc:
+            if K == 32 and nd <= 16 * n_tc:
                 assert launch.walk_kernel == launch.tc_kernel + "_walk" and launch.walk_smem > 0
-                want.append((launch.walk_kernel, (min(n_tc, 2), 1, 1), launch.block, ptrs + [n_tc, n_dot],
+                want.append((launch.walk_kernel, (min(n_tc, 2), 1, 1), launch.block, ptrs + [n_tc, nd],
                              launch.walk_smem))
             else:
-                want.append((launch.tc_kernel, (n_tc, 1, 1), launch.block, ptrs + [n_tc, n_dot], launch.smem))
+                want.append((launch.tc_kernel, (n_tc, 1, 1), launch.block, ptrs + [n_tc, nd], launch.smem))
         if n_dot and panels:  # by column panels: the generated source's block and shared memory
             threads = int(re.search(r"PANEL_THREADS = (\d+)", launch.source).group(1))
-            want.append(("sddmm_panels", (7, 1, 1), (threads, 1, 1), ptrs + [n_tc, n_dot], 16 * (K + 8) * 2))
+            want.append(("sddmm_panels", (7, 1, 1), (threads, 1, 1), ptrs + [n_tc, nd], 16 * (K + 8) * 2))
         elif n_dot:
             # the dot kernel's own block: the DOT_THREADS of the generated source
             dot_threads = int(re.search(r"DOT_THREADS = (\d+)", launch.source).group(1))
             want.append((launch.dot_kernel, (-(-n_dot // launch.dot_per_block), 1, 1), (dot_threads, 1, 1),
-                         ptrs + [n_tc, n_dot], 0))
+                         ptrs + [n_tc, nd], 0))
         assert launched == want
         assert programmatic_at == (list(range(0 if context else 1, len(want))) if pdl else [])
         assert contexts == ([0, None] if other_device or not ex else [])

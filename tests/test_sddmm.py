@@ -771,13 +771,15 @@ def test_explain_states_when_the_dot_products_go_by_panels(defines, target, pane
             "panel, no transpose of B) where the panels holding entries average at most 512, B takes at most 50% of "
             "the GPU's L2")
     assert (line in out.stdout) == panels, out.stdout
+    assert ("and the work items' slots are at most 2 per entry; else B is transposed" in out.stdout) == panels
 
 
 def test_cuda_dot_products_go_by_column_panels_where_panels_are_sparse():
     """The `cuda` runtime's choice per pattern (tkc/runtime.py `_b_transposed`): the dot products
     by column panels of B itself (`dot_panels`, no Bt filled) where the panels holding entries
-    have at most PANEL_MEAN_MAX on average, B takes at most half the L2 and no tile reads Bt;
-    else B's transpose and the dot
+    have at most PANEL_MEAN_MAX on average, B takes at most half the L2, no tile reads Bt and
+    work items of 32 to 256 entries keep their slots to at most twice the entries; else B's
+    transpose and the dot
     products by rows (`fill_bt`, with `dot_sequential` where every entry is one in S's order).
     Other targets never take panels."""
     from tkc import sparse as sp
@@ -817,6 +819,21 @@ def test_cuda_dot_products_go_by_column_panels_where_panels_are_sparse():
                     p.rows, p.cols, 2000, 16, entries)
         else:
             assert plan.dot_panels(p.rows, p.cols, 2000, 16, 128).per_panel > PANEL_MEAN_MAX
+            assert kw == {"fill_bt": True, "dot_sequential": True}
+    # panels of few entries: the items halve (down to 32) while their slots are over twice the entries, else rows
+    Launch.slots = 1056
+    for nnz, entries in ((4000, 64), (2000, 32), (600, None)):  # 32, 16 and 4.8 entries per panel on average
+        p = sp.uniform(2000, 2000, nnz, seed=2)
+        plan = sp.dispatch_plan(p, 128, 128, 128 * 128 + 1)
+        per_panel = [sum(1 for c in p.cols.tolist() if c // 16 == q) for q in range(125)]
+        slots = {size: sum(-(-n // size) for n in per_panel) * size for size in (128, 64, 32)}
+        want = next((size for size in (128, 64, 32) if slots[size] <= 2 * nnz), None)
+        assert want == entries, slots
+        kw = kernel._b_transposed(plan, B, Launch, (p.rows, p.cols))[1]
+        if entries:
+            assert kw == {"dot_panels": plan.dot_panels(p.rows, p.cols, 2000, 16, entries)}
+            assert kw["dot_panels"].slots == slots[entries]
+        else:
             assert kw == {"fill_bt": True, "dot_sequential": True}
     # tiles that read Bt: the transpose is paid anyway, so the dot products read it
     plan = sp.dispatch_plan(sparse, 128, 128, 157)  # about half the tiles (156 entries each on average)

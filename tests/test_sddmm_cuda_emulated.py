@@ -41,7 +41,8 @@ _BUILT: dict[str, tuple] = {}
 def _kernel(tmp_path, nulls=(), panels=False, **kw):
     """(executable, work dir, dot_below, module, source) of the f32 SDDMM kernel `KERNEL` with
     `kw` emulated: the launch line's kernel (the dot products), or with `panels` the dot
-    products by column panels (`<kernel>_panels`, grid read after the scalars)."""
+    products by column panels (`<kernel>_panels`, grid read after the scalars, its blocks run
+    from the last: a block that computes the next item's entries with its own panel is seen)."""
     text = KERNEL.format(**kw)
     if (text, nulls, panels) not in _BUILT:
         path = tmp_path / "sddmm_f32.tk"
@@ -56,7 +57,8 @@ def _kernel(tmp_path, nulls=(), panels=False, **kw):
         if panels:
             assert sddmm["panel_kernel"] == "sddmm_panels" and sddmm["panel_smem"] > 0
         exe = emulate.build(source, dtypes, 2, str(work), nulls=nulls,
-                            kernel=(sddmm["panel_kernel"], sddmm["panel_threads"]) if panels else None)
+                            kernel=(sddmm["panel_kernel"], sddmm["panel_threads"]) if panels else None,
+                            reverse=panels)
         op = next(o for o in module.func.walk() if o.name == "tile.sampled_gemm")
         _BUILT[(text, nulls, panels)] = (exe, str(work), int(op.attrs["dot_below"]), module, source)
     return _BUILT[(text, nulls, panels)]
@@ -119,9 +121,10 @@ def _check(tmp_path, M, N, K, nnz, bm, bn, dense, empty_every, seed, sequential=
     _assert_matches(module, got, A, B, p, dense)
 
 
-def _check_panels(tmp_path, M, N, K, nnz, dense, seed, rmat=False):
+def _check_panels(tmp_path, M, N, K, nnz, dense, seed, rmat=False, entries=None):
     """The dot products by column panels of B (`<kernel>_panels` over tkc.sparse.DotPanels, in
-    dot_order's place), with Bt passed as NaN: the kernel reads B itself."""
+    dot_order's place, its slots as n_dot), with Bt passed as NaN: the kernel reads B itself.
+    Work items of `entries` slots (default: the launch line's `panel_entries`)."""
     fmt = "coo" if dense else "csr"
     exe, work, dot_below, module, source = _kernel(tmp_path, panels=True, bm=16, bn=8, threads=64, fmt=fmt,
                                                    out="M, N" if dense else "NNZ", M=M, N=N, K=K, nnz=nnz)
@@ -130,21 +133,23 @@ def _check_panels(tmp_path, M, N, K, nnz, dense, seed, rmat=False):
     A, B = _operands(M, N, K, seed)
     plan = sp.dispatch_plan(p, 16, 8, dot_below)
     assert plan.n_tc == 0 and plan.n_dot == nnz
-    panels = plan.dot_panels(p.rows, p.cols, N, sddmm["panel_width"], sddmm["panel_entries"])
+    panels = plan.dot_panels(p.rows, p.cols, N, sddmm["panel_width"], entries or sddmm["panel_entries"])
     out = np.zeros((M, N) if dense else (nnz,), np.float32)
     launch = [t.numpy() for t in plan.cuda_tensors()]
     launch[4] = panels.data.numpy()  # dot_order's place
     arrays = [A.numpy(), B.numpy(), p.rows.numpy(), p.cols.numpy(), out, np.full((N, K), np.nan, np.float32), *launch]
-    got = torch.from_numpy(_run(exe, work, arrays, [plan.n_tc, plan.n_dot, panels.n_items], 4, dense))
+    got = torch.from_numpy(_run(exe, work, arrays, [plan.n_tc, panels.slots, panels.n_items], 4, dense))
     _assert_matches(module, got, A, B, p, dense)
 
 
-@pytest.mark.parametrize("dense", [False, True])
-def test_panel_path_against_torch(tmp_path, dense):
-    """Panels of 8 f32 columns, the last one cut by N = 44; a work item of at most 128 entries, so
-    a dense panel's entries span several blocks; at K = 256, 16 lanes per entry and 8 entries per
-    group: two rounds of 64 entries per full item, a short item's last ending mid-warp."""
-    _check_panels(tmp_path, 300, 44, 256, 1500, dense, 3)
+@pytest.mark.parametrize("dense, entries", [(False, None), (True, None), (False, 5), (True, 48)])
+def test_panel_path_against_torch(tmp_path, dense, entries):
+    """Panels of 8 f32 columns, the last one cut by N = 44; a work item of at most 128 entries
+    (the launch line's), 48 or 5, so a dense panel's entries span several blocks; at K = 256, 32
+    lanes per entry and 4 entries per group: rounds of 16 entries, a short item's last ending
+    mid-warp, and with 5 a first round wider than the item's slots (the next item's entries are
+    not its own)."""
+    _check_panels(tmp_path, 300, 44, 256, 1500, dense, 3, entries=entries)
 
 
 def test_panel_path_rmat_against_torch(tmp_path):

@@ -472,9 +472,10 @@ def test_dispatch_plan_splits_every_entry_once(pattern, BM, BN, dot_below):
 def test_dot_panels_group_the_dot_entries_by_column_panels(pattern, BM, dot_below, width, entries):
     """DispatchPlan.dot_panels against brute force: the dot-product entries (and no tile entry)
     sorted by (column, row), each once, as row * width + column % width with its index; work
-    items (panel, first, end) in panel order covering them, each of 1 to `entries` entries of its
-    own panel, a panel's entries split into as few items as `entries` allows; per_panel the mean
-    entries of the panels that have any."""
+    items (panel, count) in panel order covering them, each of 1 to `entries` entries of its own
+    panel in its own `entries` slots (rc 0 and order -1 past count), a panel's entries split into
+    as few items as `entries` allows; per_panel the mean entries of the panels that have any;
+    panel_counts each panel's entries."""
     from tkc.sparse import dispatch_plan
 
     M, N, rows, cols = pattern
@@ -484,19 +485,26 @@ def test_dot_panels_group_the_dot_entries_by_column_panels(pattern, BM, dot_belo
     assert panels is plan.dot_panels(p.rows, p.cols, N, width, entries)  # memoized
     r, c = p.rows.tolist(), p.cols.tolist()
     dots = sorted(plan.dot_order.tolist(), key=lambda e: (c[e], r[e]))
-    n, k = len(dots), panels.n_items
+    n, k, W = len(dots), panels.n_items, entries
     data = panels.data.tolist()
-    assert panels.data.dtype == torch.int32 and len(data) == 3 * k + 2 * n
-    items, rc, order = [data[3 * i:3 * i + 3] for i in range(k)], data[3 * k:3 * k + n], data[3 * k + n:]
-    assert [(c[e], r[e]) for e in order] == [(c[e], r[e]) for e in dots] and sorted(order) == sorted(dots)
-    assert rc == [r[e] * width + c[e] % width for e in order]
+    assert panels.slots == k * W and panels.data.dtype == torch.int32 and len(data) == 2 * k + 2 * k * W
+    items, rc, order = [data[2 * i:2 * i + 2] for i in range(k)], data[2 * k:2 * k + k * W], data[2 * k + k * W:]
+    got = []  # the items' entries, in item order
+    for i, (_, count) in enumerate(items):
+        assert 1 <= count <= W
+        assert rc[i * W + count:(i + 1) * W] == [0] * (W - count) and order[i * W + count:(i + 1) * W] == [-1] * (W - count)
+        got += [(rc[i * W + s], order[i * W + s]) for s in range(count)]
+    assert [e for _, e in got] == dots  # (column, row) order, stable: the plan's order among equals
+    assert [x for x, _ in got] == [r[e] * width + c[e] % width for e in dots]
     want = []
     for panel in sorted({c[e] // width for e in dots}):
-        at = [i for i, e in enumerate(order) if c[e] // width == panel]
-        want += [[panel, f, min(f + entries, at[-1] + 1)] for f in range(at[0], at[-1] + 1, entries)]
+        size = sum(1 for e in dots if c[e] // width == panel)
+        want += [[panel, min(entries, size - f)] for f in range(0, size, entries)]
     assert items == want
     used = len({c[e] // width for e in dots})
     assert panels.per_panel == (n / used if used else 0.0)
+    counts = plan.panel_counts(p.rows, p.cols, N, width).tolist()
+    assert counts == [sum(1 for e in dots if c[e] // width == q) for q in range(max(-(-N // width), 1))]
 
 
 def _check_sequential(plan):

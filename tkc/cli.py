@@ -262,13 +262,14 @@ def _explain_panels(artifact) -> list[str]:
     sddmm = launch_config(artifact.source).get("sddmm", {})
     if not sddmm.get("panel_kernel"):
         return []
-    from tkc.runtime import PANEL_B_L2_SHARE, PANEL_MEAN_MAX
+    from tkc.runtime import PANEL_B_L2_SHARE, PANEL_MEAN_MAX, PANEL_SLOTS_PER_ENTRY_MAX
 
-    tiles = " and no tensor-core tile reads B transposed" if sddmm.get("tc_reads_bt") else ""
+    tiles = ", no tensor-core tile reads B transposed" if sddmm.get("tc_reads_bt") else ""
     return [f"  launch (cuda): the dot products run by column panels of B itself (`{sddmm['panel_kernel']}`, "
             f"{sddmm['panel_width']} columns per panel, no transpose of B) where the panels holding entries average "
-            f"at most {PANEL_MEAN_MAX}, B takes at most {PANEL_B_L2_SHARE:.0%} of the GPU's L2{tiles}; else B is "
-            f"transposed and `{sddmm['dot_kernel']}` runs them by rows (decided per pattern at its first call)"]
+            f"at most {PANEL_MEAN_MAX}, B takes at most {PANEL_B_L2_SHARE:.0%} of the GPU's L2{tiles} and the work "
+            f"items' slots are at most {PANEL_SLOTS_PER_ENTRY_MAX:g} per entry; else B is transposed and "
+            f"`{sddmm['dot_kernel']}` runs them by rows (decided per pattern at its first call)"]
 
 
 def _model_schedule(path: str, defines: dict[str, int], dynamic: tuple[str, ...]):

@@ -181,9 +181,10 @@ class CudaLaunch:
         argument first (the kernel's own transpose), for the dot products. `dot_sequential` (a
         sampled gemm whose DispatchPlan says so): dot_order is 0, 1, ..., so it is passed as a
         null pointer and the dot products read entry i as the i-th. `dot_panels` (a sampled gemm
-        with `panel_kernel`): the plan's tkc.sparse.DotPanels at this kernel's `panel_width` and
-        `panel_entries`; its data goes in dot_order's place, and `<kernel>_panels` computes the
-        dot products from B itself (no transpose) instead of `<kernel>_dots`.
+        with `panel_kernel`): the plan's tkc.sparse.DotPanels at this kernel's `panel_width`; its
+        data goes in dot_order's place and its slots in n_dot's (the kernel finds its items'
+        stride by them), and `<kernel>_panels` computes the dot products from B itself (no
+        transpose) instead of `<kernel>_dots`.
 
         Decoding launches small kernels back to back, so the host time of a launch counts: the
         stream comes from torch's current raw stream (no Stream object per call), the kernel is
@@ -270,6 +271,8 @@ class CudaLaunch:
             ptrs[-3] = 0
         index = tensors[0].get_device()
         n_tc, n_dot = tensors[-6].numel(), tensors[-3].numel()  # tc_m, dot_order
+        if n_items and n_dot:
+            n_dot = panels.slots  # `<kernel>_panels` finds its items' stride and order by it (the tiles test n_dot > 0)
         handle = _raw_stream(torch, index)
         first_programmatic = _programmatic.get()
         shape_b = tuple(tensors[1].shape)

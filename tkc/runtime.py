@@ -648,22 +648,40 @@ PANEL_MEAN_MAX = 512
 PANEL_B_L2_SHARE = 0.5
 
 
-def _panels_preferred(panels) -> bool:
+# ... and where an item size keeps the padding of the work items' slots (tkc.sparse.DotPanels: each item's entries
+# at a fixed stride of its size) to at most this many slots per entry; else B's transpose and the dot products by rows.
+PANEL_SLOTS_PER_ENTRY_MAX = 2.0
+PANEL_ROUND = 32  # the smallest work item taken: a round of `<kernel>_panels` (128 threads, 16 lanes x 4 entries) at K = 256
+
+
+def _panels_preferred(per_panel: float) -> bool:
     """Whether a `cuda` SDDMM call computes its dot products by column panels (PANEL_MEAN_MAX)."""
-    return 0 < panels.per_panel <= PANEL_MEAN_MAX
+    return 0 < per_panel <= PANEL_MEAN_MAX
 
 
 def _panels_for(plan, jit, pattern_tensors, N: int, index: int):
     """The tkc.sparse.DotPanels a `cuda` SDDMM call takes (None: B's transpose and the dot products
-    by rows), kept in the plan per (N, launch, device, threshold): work items of twice the launch
-    line's `panel_entries` where they still fill the panel kernel's resident blocks
-    (`panel_slots`: fewer loads of each panel), else of `panel_entries`."""
-    key = ("panel_choice", N, jit.panel_width, jit.panel_entries, index, PANEL_MEAN_MAX)
+    by rows), kept in the plan per (N, launch, device, thresholds). Work items of twice the launch
+    line's `panel_entries` where they still fill the panel kernel's resident blocks (`panel_slots`:
+    fewer loads of each panel), else of `panel_entries`, halved (down to PANEL_ROUND) while their
+    slots exceed PANEL_SLOTS_PER_ENTRY_MAX per entry; None where no size keeps to that."""
+    key = ("panel_choice", N, jit.panel_width, jit.panel_entries, index, PANEL_MEAN_MAX, PANEL_SLOTS_PER_ENTRY_MAX)
     if key not in plan._memo:
-        panels = plan.dot_panels(*pattern_tensors, N, jit.panel_width, 2 * jit.panel_entries)
-        if _panels_preferred(panels) and panels.n_items < jit.panel_slots(index):
-            panels = plan.dot_panels(*pattern_tensors, N, jit.panel_width, jit.panel_entries)
-        plan._memo[key] = panels if _panels_preferred(panels) else None
+        counts = plan.panel_counts(*pattern_tensors, N, jit.panel_width)
+        used = int((counts > 0).sum())
+        chosen = None
+        if used and _panels_preferred(plan.n_dot / used):
+            sizes = [jit.panel_entries]
+            if int((-(-counts // (2 * jit.panel_entries))).sum()) >= jit.panel_slots(index):
+                sizes.insert(0, 2 * jit.panel_entries)
+            while sizes[-1] // 2 >= PANEL_ROUND:
+                sizes.append(sizes[-1] // 2)
+            for size in sizes:
+                slots = int((-(-counts // size)).sum()) * size
+                if slots <= PANEL_SLOTS_PER_ENTRY_MAX * plan.n_dot and slots <= 2**31 - 1:
+                    chosen = plan.dot_panels(*pattern_tensors, N, jit.panel_width, size)
+                    break
+        plan._memo[key] = chosen
     return plan._memo[key]
 
 

@@ -326,16 +326,32 @@ class DispatchPlan:
         tc_m, tc_n, tc_order, dot_order, tc_pos, tc_rbase."""
         return (self.tc_ptr, self.tc_m, self.tc_n, self.tc_order, self.dot_order, self.tc_pos, self.tc_rbase)
 
+    def panel_counts(self, rows: torch.Tensor, cols: torch.Tensor, N: int, width: int) -> torch.Tensor:
+        """int64 [cdiv(N, width)] (at least 1): how many dot-product entries each panel of `width`
+        consecutive columns of B holds (`rows`, `cols`: the pattern's indices on the plan's
+        device). Memoized per width, with the entries' sort that dot_panels builds on."""
+        return self._panel_sort(rows, cols, N, width)[3]
+
     def dot_panels(self, rows: torch.Tensor, cols: torch.Tensor, N: int, width: int, entries: int) -> "DotPanels":
         """The dot-product entries by column panels, for the `cuda` kernel that reads B's
         columns itself (codegen/cuda_sddmm.py `<kernel>_panels`), as DotPanels. `rows`, `cols`:
         the pattern's indices (int32, on the plan's device); panel p is B's columns [p * width,
         (p + 1) * width) (`width` a power of two); a work item holds at most `entries` entries
-        of one panel. Memoized per (width, entries). ValueError if a row times `width` does not
-        fit int32."""
+        of one panel, in `entries` slots. Memoized per (width, entries). ValueError if a row
+        times `width`, or the slots, do not fit int32."""
         key = ("panels", width, entries)
         if key not in self._memo:
-            self._memo[key] = _dot_panels(self.dot_order, rows, cols, N, width, entries)
+            if entries <= 0:
+                raise ValueError(f"{entries} entries per work item: expected a positive int")
+            self._memo[key] = _dot_panels(*self._panel_sort(rows, cols, N, width), width, entries)
+        return self._memo[key]
+
+    def _panel_sort(self, rows: torch.Tensor, cols: torch.Tensor, N: int, width: int):
+        """(rows, columns, indices into P, counts per panel) of the dot-product entries sorted by
+        (column, row), memoized per width (panel_counts, dot_panels)."""
+        key = ("panel_sort", width)
+        if key not in self._memo:
+            self._memo[key] = _panel_sort(self.dot_order, rows, cols, N, width)
         return self._memo[key]
 
     def launch_tensors(self, target: str) -> tuple[torch.Tensor, ...]:
@@ -349,25 +365,31 @@ class DotPanels:
     (DispatchPlan.dot_panels), for `<kernel>_panels` (codegen/cuda_sddmm.py), which loads a
     panel of B into shared memory once per work item and reads no transposed B.
 
-    - data: int32 [3 * n_items + 2 * n_dot], passed in dot_order's place:
-      - items [n_items, 3]: (panel, first, end), each a range of at most `entries` entries of
-        one panel, in panel order;
-      - rc [n_dot]: the entries sorted by (column, row), each as row * width + column % width;
-      - order [n_dot]: each sorted entry's index into rows/cols/P.
+    - data: int32 [2 * n_items + 2 * slots], passed in dot_order's place:
+      - items [n_items, 2]: (panel, count), each at most `entries` entries of one panel, in
+        panel order;
+      - rc [slots]: item i's entries in slots [i * entries, i * entries + count), sorted by
+        (column, row), each as row * width + column % width; 0 in the slots past count;
+      - order [slots]: each slot's index into rows/cols/P, -1 past count.
+
+      An item's entries sit at a fixed stride, so the kernel reads them beside their item and
+      not after it: one dependent global load fewer before a block's first rows of A (H200,
+      benchmarks/probes/sddmm_col_panels.py `-pad`, docs/PERFORMANCE.md).
     - n_items: the kernel's grid.
+    - slots: n_items * entries, passed to the kernel as n_dot (it finds order at rc + slots and
+      its stride as slots / n_items).
     - per_panel: the mean entries per panel that has any (the runtime takes this path where it
-      is small: `tkc.cuda_runtime.PANELS_PER_PANEL_MAX`)."""
+      is small: tkc/runtime.py `PANEL_MEAN_MAX`)."""
 
     data: torch.Tensor
     n_items: int
     per_panel: float
+    slots: int
 
 
-def _dot_panels(dot: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, N: int, width: int,
-                entries: int) -> DotPanels:
-    if width <= 0 or width & (width - 1) or entries <= 0:
-        raise ValueError(f"panel width {width} and {entries} entries per item: expected a power of two and a positive int")
-    dev = dot.device
+def _panel_sort(dot: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, N: int, width: int):
+    if width <= 0 or width & (width - 1):
+        raise ValueError(f"panel width {width}: expected a power of two")
     e = dot.long()
     r, c = rows[e].long(), cols[e].long()
     rows_used = int(r.max()) + 1 if e.numel() else 1
@@ -375,18 +397,32 @@ def _dot_panels(dot: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, N: in
         raise ValueError(f"row {rows_used - 1} times the panel width {width} does not fit int32")
     sort = torch.sort(c * rows_used + r, stable=True).indices
     r, c, e = r[sort], c[sort], e[sort]
-    panels = max(-(-N // width), 1)
-    counts = torch.bincount(c // width, minlength=panels)
+    counts = torch.bincount(c // width, minlength=max(-(-N // width), 1))
+    return r, c, e, counts
+
+
+def _dot_panels(r: torch.Tensor, c: torch.Tensor, e: torch.Tensor, counts: torch.Tensor, width: int,
+                entries: int) -> DotPanels:
+    dev = e.device
     starts = counts.cumsum(0) - counts
     chunks = -(-counts // entries)
-    pid = torch.repeat_interleave(torch.arange(panels, device=dev), chunks)
-    within = torch.arange(pid.numel(), device=dev) - torch.repeat_interleave(chunks.cumsum(0) - chunks, chunks)
+    n_items = int(chunks.sum())
+    if n_items * entries > _INT32_MAX:
+        raise ValueError(f"{n_items} work items of {entries} slots do not fit int32")
+    pid = torch.repeat_interleave(torch.arange(counts.numel(), device=dev), chunks)
+    within = torch.arange(n_items, device=dev) - torch.repeat_interleave(chunks.cumsum(0) - chunks, chunks)
     first = starts[pid] + within * entries
-    end = torch.minimum(first + entries, starts[pid] + counts[pid])
-    items = torch.stack([pid, first, end], 1).reshape(-1)
-    data = torch.cat([items, r * width + c % width, e]).int().contiguous()
+    count = torch.minimum(first + entries, starts[pid] + counts[pid]) - first
+    # slot s of item i holds sorted entry first[i] + s where s < count[i]
+    slot = torch.arange(entries, device=dev)
+    inside = slot[None, :] < count[:, None]
+    src = torch.where(inside, first[:, None] + slot[None, :], 0).reshape(-1)
+    inside = inside.reshape(-1)
+    rc = torch.where(inside, r[src] * width + c[src] % width, 0)
+    order = torch.where(inside, e[src], -1)
+    data = torch.cat([torch.stack([pid, count], 1).reshape(-1), rc, order]).int().contiguous()
     used = int((counts > 0).sum())
-    return DotPanels(data, pid.numel(), e.numel() / used if used else 0.0)
+    return DotPanels(data, n_items, e.numel() / used if used else 0.0, n_items * entries)
 
 
 def dispatch_plan(p: SparsePattern, BM: int, BN: int, dot_below: int) -> DispatchPlan:

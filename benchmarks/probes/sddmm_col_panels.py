@@ -15,7 +15,8 @@ end) of at most W entries each.
     source .device/env.sh && python3 benchmarks/probes/sddmm_col_panels.py [W-T-E ...]
 
 Each variant: W entries per item at most, T threads per block, E entries per group of G = 16
-lanes; `-pre` loads the first round's rows of A before the panel. The tkc call in its rows
+lanes; `-pre` loads the first round's rows of A before the panel; `-pad` also stores item b's
+entries at b * W (padded), so they load beside its (panel, count) and not after it. The tkc call in its rows
 form (examples/sddmm.tk through `cuda`: B's transpose and `<kernel>_dots`, with a null dot_order
 where the plan allows it) is timed on the same data, in the same process. The kernel here
 is the hand-written original of codegen/cuda_sddmm.py `<kernel>_panels`. Results, and where the
@@ -200,9 +201,90 @@ extern "C" __global__ void __launch_bounds__(T) panel_dots(const __half* __restr
 }
 """
 
+SOURCE_PAD = r"""
+#include <cuda_fp16.h>
+constexpr int N = @N@, K = @K@, PW = 16, KP = K + 8, T = @T@, G = @G@, E = @E@, KC = K / (G * 8), W = @W@;
+static_assert(K % (G * 8) == 0, "probe: K a multiple of G * 8");
+__device__ __forceinline__ uint4 ld16(const void* s) { return *reinterpret_cast<const uint4*>(s); }
+__device__ __forceinline__ float dot8(uint4 a, uint4 b, float s) {
+    const __half2* x = reinterpret_cast<const __half2*>(&a);
+    const __half2* y = reinterpret_cast<const __half2*>(&b);
+    #pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const float2 u = __half22float2(x[t]), v = __half22float2(y[t]);
+        s = fmaf(u.x, v.x, s); s = fmaf(u.y, v.y, s);
+    }
+    return s;
+}
+extern "C" __global__ void __launch_bounds__(T) panel_dots(const __half* __restrict__ A, const __half* __restrict__ B,
+        const int* __restrict__ rc, const int* __restrict__ order, const int* __restrict__ items, float* __restrict__ P) {
+    __shared__ __align__(16) __half Bs[PW][KP];
+    const int tid = threadIdx.x;
+    // padded items: item b's entries at b * W (pads: rc 0, order -1), so they load beside (panel, count)
+    const int panel = items[2 * blockIdx.x], first = blockIdx.x * W, end = first + items[2 * blockIdx.x + 1];
+    const int j0 = panel * PW;
+    const int grp = tid / G, gl = tid % G;
+    int base = first + grp * E;
+    int wb = first + (tid / 32) * (32 / G) * E;  // the warp's first entry: whole warps run each round
+    int e[E], c[E];
+    uint4 av[E][KC];
+    #pragma unroll
+    for (int u = 0; u < E; ++u) {  // the first round: W >= a round's entries, pads in bounds
+        e[u] = order[base + u];
+        const int x = rc[base + u];
+        c[u] = x & 15;
+        #pragma unroll
+        for (int q = 0; q < KC; ++q) av[u][q] = ld16(A + (size_t)(x >> 4) * K + (q * G + gl) * 8);
+    }
+    // B's K x PW panel: two 16-byte vectors per row, stored transposed
+    #pragma unroll
+    for (int v = tid; v < K * 2; v += T) {
+        const int k = v >> 1, h = v & 1;
+        if (j0 + h * 8 < N) {
+            const uint4 x = ld16(B + (size_t)k * N + j0 + h * 8);
+            const __half* xs = reinterpret_cast<const __half*>(&x);
+            #pragma unroll
+            for (int u = 0; u < 8; ++u) Bs[h * 8 + u][k] = xs[u];
+        }
+    }
+    __syncthreads();
+    do {  // (the first round unconditionally)
+        float sum[E];
+        #pragma unroll
+        for (int u = 0; u < E; ++u) {
+            sum[u] = 0.0f;
+            #pragma unroll
+            for (int q = 0; q < KC; ++q) sum[u] = dot8(av[u][q], ld16(&Bs[c[u]][(q * G + gl) * 8]), sum[u]);
+        }
+        int en[E];
+        #pragma unroll
+        for (int u = 0; u < E; ++u) en[u] = e[u];
+        base += (T / G) * E;
+        wb += (T / G) * E;
+        if (wb < end) {
+            #pragma unroll
+            for (int u = 0; u < E; ++u) {  // the next round's indices and rows of A
+                const bool in = base + u < end;
+                e[u] = in ? order[base + u] : -1;
+                const int x = in ? rc[base + u] : 0;
+                c[u] = x & 15;
+                #pragma unroll
+                for (int q = 0; q < KC; ++q) av[u][q] = ld16(A + (size_t)(x >> 4) * K + (q * G + gl) * 8);
+            }
+        }
+        #pragma unroll
+        for (int u = 0; u < E; ++u) {
+            #pragma unroll
+            for (int o = G / 2; o > 0; o /= 2) sum[u] += __shfl_xor_sync(0xffffffffu, sum[u], o);
+            if (en[u] >= 0 && gl == 0) P[en[u]] = sum[u];
+        }
+    } while (wb < end);
+}
+"""
 
-def source(pre: bool = False, **values) -> str:
-    text = SOURCE_PRE if pre else SOURCE
+
+def source(pre: bool = False, pad: bool = False, **values) -> str:
+    text = SOURCE_PAD if pad else SOURCE_PRE if pre else SOURCE
     for k, v in values.items():
         text = text.replace(f"@{k}@", str(v))
     return text
@@ -225,6 +307,21 @@ def plan(p, N: int, W: int):
     end = torch.minimum(first + W, starts[pid] + counts[pid])
     items = torch.stack([pid, first, end], 1).int().contiguous()
     return rc.contiguous(), order.int().contiguous(), items, pid.numel()
+
+
+def padded(p, N: int, W: int):
+    """plan's items at a stride of W entries: rc [n_items * W] (pads 0), order (pads -1), items
+    [n_items, 2] (panel, count)."""
+    rc, order, items, n_items = plan(p, N, W)
+    first, end = items[:, 1].long(), items[:, 2].long()
+    count = end - first
+    slot = torch.arange(n_items * W, device=rc.device)
+    item, within = slot // W, slot % W
+    inside = within < count[item]
+    src = (first[item] + within).clamp(max=max(rc.numel() - 1, 0))
+    rc_pad = torch.where(inside, rc.long()[src], 0).int().contiguous()
+    order_pad = torch.where(inside, order.long()[src], -1).int().contiguous()
+    return rc_pad, order_pad, torch.stack([items[:, 0].long(), count], 1).int().contiguous(), n_items
 
 
 def main() -> int:
@@ -265,10 +362,10 @@ def main() -> int:
         for name in names:
             W, T, E = (int(x) for x in name.split("-")[:3])
             G = 16
-            rc, order, items, n_items = plan(p, N, W)
+            rc, order, items, n_items = (padded if "-pad" in name else plan)(p, N, W)
             src = os.path.join(tmp, f"panel-{M}-{N}-{K}-{name}.cu")
             with open(src, "w") as f:
-                f.write(source("-pre" in name, N=N, K=K, T=T, G=G, E=E))
+                f.write(source("-pre" in name, "-pad" in name, N=N, K=K, T=T, G=G, E=E, W=W))
             fn = cupy.RawModule(path=cuda_runtime.compile_cubin(src, cuda_sddmm.ARCH)).get_function("panel_dots")
             P2 = torch.full((p.nnz,), float("nan"), device="cuda")
 

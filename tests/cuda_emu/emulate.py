@@ -40,7 +40,8 @@ def gxx() -> str | None:
     return None if r.returncode else path
 
 
-def build(source: str, dtypes: list[str], n_scalars: int, workdir: str, refs=(), nulls=(), kernel=None) -> str:
+def build(source: str, dtypes: list[str], n_scalars: int, workdir: str, refs=(), nulls=(), kernel=None,
+          reverse: bool = False) -> str:
     """Compile CUDA `source` (tensor arguments of `dtypes`, then `n_scalars` int scalars) into an
     executable `workdir/k` that reads the tensors' bytes from argv[1], the scalars from argv[3:],
     runs the grid and writes the tensors' bytes to argv[2]; returns its path. Scalars at the
@@ -48,7 +49,9 @@ def build(source: str, dtypes: list[str], n_scalars: int, workdir: str, refs=(),
     tensors at the positions `nulls` are passed as null pointers (their bytes are still read and
     written back). `kernel`: (name, block x) of another kernel of the source than the launch
     line's (an SDDMM's `<kernel>_panels`), run over a grid of one row whose length is read from
-    argv after the scalars (before the tensors' sizes)."""
+    argv after the scalars (before the tensors' sizes). The blocks run one at a time, in
+    blockIdx order, or with `reverse` from the last (so a block that writes another's outputs
+    wrongly is seen when that one ran first)."""
     config = cuda.launch_config(source)
     if kernel is not None:
         config = {**config, "kernel": kernel[0], "grid": ["tk_grid_x", 1, 1], "block": [kernel[1], 1, 1],
@@ -87,7 +90,8 @@ int main(int, char** argv) {{
     fclose(f);
     for (int bz = 0; bz < {gz}; ++bz)
     for (int by = 0; by < {gy}; ++by)
-    for (int bx = 0; bx < {gx}; ++bx) {{
+    for (int ix = 0; ix < {gx}; ++ix) {{
+        const int bx = {"(" + str(gx) + ") - 1 - ix" if reverse else "ix"};
         std::memset(smem, 0xff, sizeof(smem));
         std::barrier<> bar({threads});
         g_bar = &bar;
