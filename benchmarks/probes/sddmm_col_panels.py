@@ -12,10 +12,10 @@ Plan (host, per pattern, cached like DispatchPlan): the entries sorted by (colum
 entry `rc` = row * PW + column % PW and `order` (its index in S); work items (panel, first,
 end) of at most W entries each.
 
-    source .device/env.sh && python3 benchmarks/probes/sddmm_col_panels.py [W-T-E ...]
+    source .device/env.sh && python3 benchmarks/probes/sddmm_col_panels.py [--first] [W-T-E[-gN][-pre|-pad] ...]
 
 Each variant: W entries per item at most, T threads per block, E entries per group of G = 16
-lanes; `-pre` loads the first round's rows of A before the panel; `-pad` also stores item b's
+lanes (`-gN`: N lanes); `-pre` loads the first round's rows of A before the panel; `-pad` also stores item b's
 entries at b * W (padded), so they load beside its (panel, count) and not after it. The tkc call in its rows
 form (examples/sddmm.tk through `cuda`: B's transpose and `<kernel>_dots`, with a null dot_order
 where the plan allows it) is timed on the same data, in the same process. The kernel here
@@ -330,7 +330,7 @@ def main() -> int:
     print(f"GPU: {torch.cuda.get_device_name()}")
     print("| shape | variant | items | cold us | graph us | max rel err |")
     print("|---|---|---|---|---|---|")
-    for M, N, K, nnz, kind in SHAPES:
+    for M, N, K, nnz, kind in SHAPES[:1] if "--first" in sys.argv else SHAPES:
         p = (sp.uniform(M, N, nnz, seed=1) if kind == "uniform" else sp.rmat(M, N, nnz, seed=1)).to("cuda")
         A = torch.randn(M, K, device="cuda", dtype=torch.float16)
         B = torch.randn(K, N, device="cuda", dtype=torch.float16)
@@ -361,7 +361,7 @@ def main() -> int:
               flush=True)
         for name in names:
             W, T, E = (int(x) for x in name.split("-")[:3])
-            G = 16
+            G = int(name.split("-g")[1].split("-")[0]) if "-g" in name else 16
             rc, order, items, n_items = (padded if "-pad" in name else plan)(p, N, W)
             src = os.path.join(tmp, f"panel-{M}-{N}-{K}-{name}.cu")
             with open(src, "w") as f:

@@ -15,7 +15,9 @@ median over 4 rotated input sets, and as CUDA-graph replays) in one run:
 * `w8a8_dp4a*`: hand/w8a8_dp4a.cu, the generated layout with 4 __dp4a per row and 16 bytes, one
   row group of BD rows per block (BD = 4 unless `_bd2`/`_bd8`), or persistent over row groups
   (`_persistNB`: NB blocks).
-Run on the device machine: `python3 benchmarks/probes/int8_gemv/w8a8.py`.
+`--reads` adds the same bytes read with 1 to 4 16-byte loads per thread at once, through `__ldg` or
+`ld.global.nc.L1::no_allocate.L2::256B`, and grid-stride over 8 blocks per SM.
+Run on the device machine: `python3 benchmarks/probes/int8_gemv/w8a8.py [--reads]`.
 """
 
 from __future__ import annotations
@@ -110,6 +112,47 @@ def main() -> None:
     read_launch = CudaLaunch(read_path, read_src)
     flag = torch.zeros(4, dtype=torch.int32, device="cuda")
     read_gus = graph_ms(timer, lambda W, S, X, SX: read_launch(W, S, flag), w8a8) * 1e3
+    # the same bytes, U 16-byte loads per thread (U in flight at once), or grid-stride over a grid of B blocks
+    # per SM (`--reads`)
+    reads = []
+    if "--reads" in sys.argv:
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        ld = {"": "*({q})", "nc": "__ldg({q})",
+              "L2::256B": "tk_ld256({q})"}
+        pre = ('__device__ __forceinline__ uint4 tk_ld256(const uint4* p) {\n'
+               '    uint4 v;\n'
+               '    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];" '
+               ': "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));\n'
+               '    return v;\n'
+               '}\n')
+        for u, per_sm, hint in ((1, 0, ""), (1, 0, "nc"), (1, 0, "L2::256B"), (2, 0, ""), (4, 0, ""), (2, 0, "L2::256B"),
+                                (4, 0, "L2::256B"), (4, 8, "L2::256B")):
+            blocks = -(-(n_w + n_s) // (256 * u)) if not per_sm else per_sm * sms
+            src = (f'// tkc-launch: {{"kernel": "rdu", "grid": [{blocks}, 1, 1], "block": [256, 1, 1], '
+                   '"cluster": [1, 1, 1], "smem_bytes": 0}\n'
+                   '#include <cstdint>\n' + pre +
+                   'extern "C" __global__ void __launch_bounds__(256) rdu(const uint4* __restrict__ w, '
+                   'const uint4* __restrict__ s, unsigned* __restrict__ out) {\n'
+                   f'    unsigned x = 0;\n'
+                   f'    for (long b = blockIdx.x; b * {256 * u} < {n_w + n_s}; b += gridDim.x) {{\n'
+                   f'        uint4 v[{u}];\n'
+                   f'        #pragma unroll\n'
+                   f'        for (int j = 0; j < {u}; ++j) {{\n'
+                   f'            const long i = b * {256 * u} + j * 256 + threadIdx.x;\n'
+                   f'            v[j] = i < {n_w} ? {ld[hint].format(q="w + i")} : i < {n_w + n_s} ? '
+                   f'{ld[hint].format(q="s + i - " + str(n_w))} : make_uint4(0, 0, 0, 0);\n'
+                   '        }\n'
+                   f'        #pragma unroll\n'
+                   f'        for (int j = 0; j < {u}; ++j) x ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;\n'
+                   '    }\n'
+                   '    if (x == 0x9e3779b9u) out[0] = 1;  // keeps the loads\n'
+                   '}\n')
+            path = os.path.join(cache, f"read_u{u}_b{per_sm}_{hint.replace(':', '')}.cu")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(src)
+            k = CudaLaunch(path, src)
+            reads.append((f"read, {u} x 16 B" + (f", {per_sm}/SM" if per_sm else "") + (f", {hint}" if hint else ""),
+                          graph_ms(timer, lambda W, S, X, SX, k=k: k(W, S, flag), w8a8) * 1e3))
     rows = []
     for name, fn, sets, ref, nbytes in variants:
         for s in sets[:2]:
@@ -126,8 +169,8 @@ def main() -> None:
     for name, us, gus, pct in rows:
         print(f"{name:<22} {us:8.1f} {gus:9.1f} {pct:6.0f}% {base / gus:13.2f}x")
     nbytes = D * K + D * G * 4
-    print(f"{'read W and S only':<22} {'':>8} {read_gus:9.1f} {nbytes / (read_gus * 1e-6) / 1e12 / copy['tbps'] * 100:6.0f}% "
-          f"{base / read_gus:13.2f}x")
+    for name, gus in [("read W and S only", read_gus)] + reads:
+        print(f"{name:<22} {'':>8} {gus:9.1f} {nbytes / (gus * 1e-6) / 1e12 / copy['tbps'] * 100:6.0f}% {base / gus:13.2f}x")
 
 
 if __name__ == "__main__":
