@@ -12,11 +12,12 @@ Plan (host, per pattern, cached like DispatchPlan): the entries sorted by (colum
 entry `rc` = row * PW + column % PW and `order` (its index in S); work items (panel, first,
 end) of at most W entries each.
 
-    source .device/env.sh && python3 benchmarks/probes/sddmm_col_panels.py [--first] [W-T-E[-gN][-pre|-pad] ...]
+    source .device/env.sh && python3 benchmarks/probes/sddmm_col_panels.py [--first] [W-T-E[-gN][-pre|-pad[-pf]] ...]
 
 Each variant: W entries per item at most, T threads per block, E entries per group of G = 16
 lanes (`-gN`: N lanes); `-pre` loads the first round's rows of A before the panel; `-pad` also stores item b's
-entries at b * W (padded), so they load beside its (panel, count) and not after it. The tkc call in its rows
+entries at b * W (padded), so they load beside its (panel, count) and not after it; `-pad-pf` also
+prefetches the item's slots into L2 at the block's start (a cold call's later rounds; not yet run). The tkc call in its rows
 form (examples/sddmm.tk through `cuda`: B's transpose and `<kernel>_dots`, with a null dot_order
 where the plan allows it) is timed on the same data, in the same process. The kernel here
 is the hand-written original of codegen/cuda_sddmm.py `<kernel>_panels`. Results, and where the
@@ -223,6 +224,14 @@ extern "C" __global__ void __launch_bounds__(T) panel_dots(const __half* __restr
     // padded items: item b's entries at b * W (pads: rc 0, order -1), so they load beside (panel, count)
     const int panel = items[2 * blockIdx.x], first = blockIdx.x * W, end = first + items[2 * blockIdx.x + 1];
     const int j0 = panel * PW;
+#ifdef PF
+    // the item's later rounds' slots into L2 now (rc and order: W / 32 lines of 128 bytes each), so a cold
+    // call's rounds after the first find them there
+    if (tid < 2 * (W / 32)) {
+        const int* line = (tid < W / 32 ? rc : order) + first + (tid % (W / 32)) * 32;
+        asm volatile("prefetch.global.L2 [%0];" :: "l"(line));
+    }
+#endif
     const int grp = tid / G, gl = tid % G;
     int base = first + grp * E;
     int wb = first + (tid / 32) * (32 / G) * E;  // the warp's first entry: whole warps run each round
@@ -283,8 +292,8 @@ extern "C" __global__ void __launch_bounds__(T) panel_dots(const __half* __restr
 """
 
 
-def source(pre: bool = False, pad: bool = False, **values) -> str:
-    text = SOURCE_PAD if pad else SOURCE_PRE if pre else SOURCE
+def source(pre: bool = False, pad: bool = False, pf: bool = False, **values) -> str:
+    text = ("#define PF\n" if pf else "") + (SOURCE_PAD if pad else SOURCE_PRE if pre else SOURCE)
     for k, v in values.items():
         text = text.replace(f"@{k}@", str(v))
     return text
@@ -365,7 +374,7 @@ def main() -> int:
             rc, order, items, n_items = (padded if "-pad" in name else plan)(p, N, W)
             src = os.path.join(tmp, f"panel-{M}-{N}-{K}-{name}.cu")
             with open(src, "w") as f:
-                f.write(source("-pre" in name, "-pad" in name, N=N, K=K, T=T, G=G, E=E, W=W))
+                f.write(source("-pre" in name, "-pad" in name, "-pf" in name, N=N, K=K, T=T, G=G, E=E, W=W))
             fn = cupy.RawModule(path=cuda_runtime.compile_cubin(src, cuda_sddmm.ARCH)).get_function("panel_dots")
             P2 = torch.full((p.nnz,), float("nan"), device="cuda")
 
