@@ -20,7 +20,9 @@ timed with triton.testing.do_bench (median, us):
   without reading tc_m and tc_n), `empty` (timing only: every block returns at once); at K <= 32,
   where the runtime launches the persistent twin `<kernel>_walk` (each block walks tiles), `onetile`
   launches the one-tile kernel instead (the modifiers above edit it), and `pnoentries`,
-  `pnoproducts`, `pnowgmma` (timing only) drop the twin's entries, products and wgmma.
+  `pnoproducts`, `pnowgmma` (timing only) drop the twin's entries, products and wgmma, and `regs`
+  (checked; not yet run) writes the twin's entries from the accumulators' registers, by a mask per
+  tile and thread (`register_plan`), with no products in shared memory.
 
     source .device/env.sh && python3 benchmarks/probes/sddmm_tile_variants.py [--launch-only] [--k32 | --all] [VARIANT ...]
 
@@ -88,6 +90,25 @@ VARIANTS = {
 # one-tile kernel, or with this prefix in the persistent twin `<kernel>_walk`
 WALK = "@walk "
 PROLOGUE = "        for (int kt = 0; kt < STAGES - 1; ++kt) if (kt < KT) load(kt); else tk_cp_async_commit();"
+# `regs`: from the products' stores to the end of the entries' loop in the walk, replaced by the entries written
+# from the accumulators (bit j * 4 + q of a thread's mask: acc[0][j][q])
+REGS_FROM = """        #pragma unroll
+        for (int i = 0; i < FM; ++i)
+            #pragma unroll
+            for (int j = 0; j < FN; ++j) {
+                const int r = (wm * FM + i) * 16 + lane / 4, c = (wn * FN + j) * 8 + (lane % 4) * 2;
+                if (r < BMP && c < BNP) {  // float2 pairs: CPITCH = BNP + 8 puts a half-warp's 4 rows on distinct banks
+                    *reinterpret_cast<float2*>(&cs[r * CPITCH + c]) = make_float2(acc[i][j][0], acc[i][j][1]);
+                    *reinterpret_cast<float2*>(&cs[(r + 8) * CPITCH + c]) = make_float2(acc[i][j][2], acc[i][j][3]);
+                }
+            }
+        __syncthreads();"""
+REGS_TO = """        (void)m0, (void)n0;
+        #pragma unroll
+        for (int j = 0; j < FN; ++j)
+            #pragma unroll
+            for (int q = 0; q < 4; ++q)
+                if ((msk >> (j * 4 + q)) & 1ull) P[tc_order[slot++]] = tk_o(acc[0][j][q]);"""
 MODIFIERS = {
     # neither products nor entries (timing only: the floor of the variant's occupancy with no epilogue)
     "bare": (VARIANTS["no-products"][1], False),
@@ -106,6 +127,21 @@ MODIFIERS = {
                    False),
     "pnoproducts": ([(WALK + "if (r < BMP && c < BNP) {", "if (r < 0) {")], False),
     "pnowgmma": ([(WALK + "tk_wgmma(acc, da + 2 * kk, db + 2 * kk, kk);", "acc[0][kk][0] += (float)(da + db);")], False),
+    # the persistent twin (K <= 32) writing each entry from its accumulator's register, with no products in
+    # shared memory: per tile and thread a 64-bit mask of its fragment positions that are entries and its first
+    # slot in their P indices in fragment order (`register_plan`, passed in tc_pos', tc_rbase's and tc_order's
+    # places); no places or row bases copied, one barrier per tile fewer
+    "regs": ([(WALK + "        int m2 = 0, n2 = 0, f2 = 0, e2 = 0;",
+               "        const unsigned long long msk = reinterpret_cast<const unsigned long long*>(tc_pos)"
+               "[(size_t)t * THREADS + tid];  // (regs)\n"
+               "        int slot = tc_rbase[(size_t)t * THREADS + tid];\n"
+               "        int m2 = 0, n2 = 0, f2 = 0, e2 = 0;"),
+              (WALK + "if (v < n) tk_cp_async<16>(ps + v * PV, tc_pos + c0 + v * PV);", "(void)n;"),
+              (WALK + "if (ordered && v < BMP / 4) tk_cp_async<16>(side + v * 16, tc_rbase + (size_t)t * BM + v * 4);",
+               "(void)v;"),
+              (WALK + REGS_FROM, REGS_TO),
+              (WALK + "for (int q = fc + tid; q < ec; q += THREADS)", "for (int q = fc + tid; q < 0; q += THREADS)")],
+             True),
     "noidx": ([("const int m0 = tc_m[blk] * BM, n0 = tc_n[blk] * BN;",
                 "const int m0 = (blk / ((N + BN - 1) / BN)) * BM, n0 = (blk % ((N + BN - 1) / BN)) * BN;")], False),
 }
@@ -148,6 +184,32 @@ def source(module, stages: int, edits, settings=None) -> str:
     return text
 
 
+def register_plan(plan, p, BM: int, BN: int, threads: int):
+    """`regs`' launch data for the persistent twin's 128 x 128 wgmma tiles (8 warps of 16 rows each;
+    thread w * 32 + l holds acc[0][j][q] = C[16w + l / 4 + 8 (q / 2)][8j + 2 (l % 4) + q % 2]):
+    (rout int32 [tile entries]: their P indices ordered by (tile, thread, j * 4 + q); masks int64
+    [n_tc * threads]: bit j * 4 + q set where that position is an entry; roff int32 [n_tc *
+    threads]: each thread's first slot in rout)."""
+    if (BM, BN, threads) != (128, 128, 256):
+        raise SystemExit("regs: the 128 x 128 tiles of 256 threads only")
+    dev = plan.tc_ptr.device
+    ptr = plan.tc_ptr.long()
+    t = torch.repeat_interleave(torch.arange(plan.n_tc, device=dev), ptr[1:] - ptr[:-1])
+    e = plan.tc_order.long()[:t.numel()]
+    r = p.rows.long()[e] - plan.tc_m.long()[t] * BM
+    c = p.cols.long()[e] - plan.tc_n.long()[t] * BN
+    lane = (r % 8) * 4 + (c % 8) // 2
+    thread = t * threads + (r // 16) * 32 + lane
+    bit = (c // 8) * 4 + ((r % 16) // 8) * 2 + c % 2
+    order = torch.sort(thread * 64 + bit).indices
+    rout = e[order].int().contiguous()
+    masks = torch.zeros(plan.n_tc * threads, dtype=torch.int64, device=dev)
+    masks.index_add_(0, thread, torch.bitwise_left_shift(torch.ones_like(bit), bit))
+    counts = torch.bincount(thread, minlength=plan.n_tc * threads)
+    roff = (counts.cumsum(0) - counts).int().contiguous()
+    return rout, masks, roff
+
+
 def main() -> int:
     launch_only = "--launch-only" in sys.argv
     k32 = [(10000, 10000, 32, 5_000_000), (10000, 10000, 32, -5_000_000)]
@@ -183,6 +245,8 @@ def main() -> int:
                 launch.walk_kernel = None
             P = torch.full((nnz,), float("nan"), device="cuda")
             args = [A, B, p.rows, p.cols, P, bt, *plan.cuda_tensors()]
+            if "regs" in name.split("+"):  # in tc_order's, tc_pos' and tc_rbase's places
+                args[9], args[11], args[12] = register_plan(plan, p, bm, bn, threads)
             launch(*args)
             torch.cuda.synchronize()
             if launch_only:
