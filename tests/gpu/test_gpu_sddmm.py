@@ -103,21 +103,32 @@ def test_examples_on_both_paths(target, example, shape, cache_dir):
 def test_cuda_dot_products_by_panels_and_by_rows(example, cache_dir, monkeypatch):
     """Both forms of the `cuda` dot products on one kernel and pattern: by column panels of B
     (`<kernel>_panels`) and by rows after B's transpose (`<kernel>_dots`), forced by the
-    runtime's threshold (tkc.runtime.PANEL_MEAN_MAX); N = 328, so the last panel is half past N;
-    R-MAT columns, so panels hold from none to hundreds of entries and split into several items."""
+    runtime's threshold (tkc.runtime.PANEL_MEAN_MAX); N = 328, so the last panel is half past N.
+    R-MAT columns, so panels hold from none to hundreds of entries and split into several items of
+    128; and uniform patterns of 1000 and 600 entries, whose items the runtime halves to 64 and 32
+    (tkc.runtime.PANEL_SLOTS_PER_ENTRY_MAX: their slots padded, a round wider than an item of 32)."""
     from tkc import runtime
 
     kernel = tkc.compile(os.path.join(ROOT, "examples", f"{example}.tk"), target="cuda", cache_dir=cache_dir)
     A, B = _operands(400, 328, 136, torch.float16, 21)
-    p = _pattern("rmat", 400, 328, 12000, 21, kernel.inputs[2].dtype)
     kernel.dot_below = SPLITS["dots"]
     chosen = []  # the launch keywords of each call
     given = kernel._b_transposed
     monkeypatch.setattr(kernel, "_b_transposed", lambda *a: chosen.append(given(*a)[1]) or given(*a))
-    for most in (10**9, 0):  # panels, then rows
-        monkeypatch.setattr(runtime, "PANEL_MEAN_MAX", most)
-        _check(kernel, A, B, p)
-        assert ("dot_panels" in chosen[-1]) == (most > 0) and ("fill_bt" in chosen[-1]) == (most == 0), chosen[-1]
+    sizes = set()
+    for kind, nnz in (("rmat", 12000), ("uniform", 1000), ("uniform", 600)):
+        p = _pattern(kind, 400, 328, nnz, 21, kernel.inputs[2].dtype)
+        counts = torch.bincount(p.cols.long() // 16, minlength=21)
+        want = next(size for size in (128, 64, 32) if int((-(-counts // size)).sum()) * size <= 2 * nnz)
+        for most in (10**9, 0):  # panels, then rows
+            monkeypatch.setattr(runtime, "PANEL_MEAN_MAX", most)
+            _check(kernel, A, B, p)
+            assert ("dot_panels" in chosen[-1]) == (most > 0) and ("fill_bt" in chosen[-1]) == (most == 0), chosen[-1]
+            if most:
+                panels = chosen[-1]["dot_panels"]
+                assert panels.slots == panels.n_items * want
+                sizes.add(want)
+    assert sizes == {128, 64, 32}
 
 
 @pytest.mark.parametrize("target", TARGETS)
