@@ -671,13 +671,16 @@ def _panels_for(plan, jit, pattern_tensors, N: int, index: int):
         used = int((counts > 0).sum())
         chosen = None
         if used and _panels_preferred(plan.n_dot / used):
+            def items(size):  # work items of at most `size` entries
+                return int((-(-counts // size)).sum())
+
             sizes = [jit.panel_entries]
-            if int((-(-counts // (2 * jit.panel_entries))).sum()) >= jit.panel_slots(index):
+            if items(2 * jit.panel_entries) >= jit.panel_slots(index):
                 sizes.insert(0, 2 * jit.panel_entries)
             while sizes[-1] // 2 >= PANEL_ROUND:
                 sizes.append(sizes[-1] // 2)
             for size in sizes:
-                slots = int((-(-counts // size)).sum()) * size
+                slots = items(size) * size
                 if slots <= PANEL_SLOTS_PER_ENTRY_MAX * plan.n_dot and slots <= 2**31 - 1:
                     chosen = plan.dot_panels(*pattern_tensors, N, jit.panel_width, size)
                     break

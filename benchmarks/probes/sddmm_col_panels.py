@@ -202,94 +202,35 @@ extern "C" __global__ void __launch_bounds__(T) panel_dots(const __half* __restr
 }
 """
 
-SOURCE_PAD = r"""
-#include <cuda_fp16.h>
-constexpr int N = @N@, K = @K@, PW = 16, KP = K + 8, T = @T@, G = @G@, E = @E@, KC = K / (G * 8), W = @W@;
-static_assert(K % (G * 8) == 0, "probe: K a multiple of G * 8");
-__device__ __forceinline__ uint4 ld16(const void* s) { return *reinterpret_cast<const uint4*>(s); }
-__device__ __forceinline__ float dot8(uint4 a, uint4 b, float s) {
-    const __half2* x = reinterpret_cast<const __half2*>(&a);
-    const __half2* y = reinterpret_cast<const __half2*>(&b);
-    #pragma unroll
-    for (int t = 0; t < 4; ++t) {
-        const float2 u = __half22float2(x[t]), v = __half22float2(y[t]);
-        s = fmaf(u.x, v.x, s); s = fmaf(u.y, v.y, s);
-    }
-    return s;
-}
-extern "C" __global__ void __launch_bounds__(T) panel_dots(const __half* __restrict__ A, const __half* __restrict__ B,
-        const int* __restrict__ rc, const int* __restrict__ order, const int* __restrict__ items, float* __restrict__ P) {
-    __shared__ __align__(16) __half Bs[PW][KP];
-    const int tid = threadIdx.x;
-    // padded items: item b's entries at b * W (pads: rc 0, order -1), so they load beside (panel, count)
-    const int panel = items[2 * blockIdx.x], first = blockIdx.x * W, end = first + items[2 * blockIdx.x + 1];
-    const int j0 = panel * PW;
-#ifdef PF
-    // the item's later rounds' slots into L2 now (rc and order: W / 32 lines of 128 bytes each), so a cold
-    // call's rounds after the first find them there
-    if (tid < 2 * (W / 32)) {
-        const int* line = (tid < W / 32 ? rc : order) + first + (tid % (W / 32)) * 32;
-        asm volatile("prefetch.global.L2 [%0];" :: "l"(line));
-    }
-#endif
-    const int grp = tid / G, gl = tid % G;
-    int base = first + grp * E;
-    int wb = first + (tid / 32) * (32 / G) * E;  // the warp's first entry: whole warps run each round
-    int e[E], c[E];
-    uint4 av[E][KC];
-    #pragma unroll
-    for (int u = 0; u < E; ++u) {  // the first round: W >= a round's entries, pads in bounds
-        e[u] = order[base + u];
-        const int x = rc[base + u];
-        c[u] = x & 15;
-        #pragma unroll
-        for (int q = 0; q < KC; ++q) av[u][q] = ld16(A + (size_t)(x >> 4) * K + (q * G + gl) * 8);
-    }
-    // B's K x PW panel: two 16-byte vectors per row, stored transposed
-    #pragma unroll
-    for (int v = tid; v < K * 2; v += T) {
-        const int k = v >> 1, h = v & 1;
-        if (j0 + h * 8 < N) {
-            const uint4 x = ld16(B + (size_t)k * N + j0 + h * 8);
-            const __half* xs = reinterpret_cast<const __half*>(&x);
-            #pragma unroll
-            for (int u = 0; u < 8; ++u) Bs[h * 8 + u][k] = xs[u];
-        }
-    }
-    __syncthreads();
-    do {  // (the first round unconditionally)
-        float sum[E];
-        #pragma unroll
-        for (int u = 0; u < E; ++u) {
-            sum[u] = 0.0f;
-            #pragma unroll
-            for (int q = 0; q < KC; ++q) sum[u] = dot8(av[u][q], ld16(&Bs[c[u]][(q * G + gl) * 8]), sum[u]);
-        }
-        int en[E];
-        #pragma unroll
-        for (int u = 0; u < E; ++u) en[u] = e[u];
-        base += (T / G) * E;
-        wb += (T / G) * E;
-        if (wb < end) {
-            #pragma unroll
-            for (int u = 0; u < E; ++u) {  // the next round's indices and rows of A
-                const bool in = base + u < end;
-                e[u] = in ? order[base + u] : -1;
-                const int x = in ? rc[base + u] : 0;
-                c[u] = x & 15;
-                #pragma unroll
-                for (int q = 0; q < KC; ++q) av[u][q] = ld16(A + (size_t)(x >> 4) * K + (q * G + gl) * 8);
-            }
-        }
-        #pragma unroll
-        for (int u = 0; u < E; ++u) {
-            #pragma unroll
-            for (int o = G / 2; o > 0; o /= 2) sum[u] += __shfl_xor_sync(0xffffffffu, sum[u], o);
-            if (en[u] >= 0 && gl == 0) P[en[u]] = sum[u];
-        }
-    } while (wb < end);
-}
-"""
+# `-pad`: SOURCE_PRE with the items at a fixed stride of W slots (first round unconditional: W >= its entries)
+PAD_EDITS = [
+    ("E = @E@, KC = K / (G * 8);", "E = @E@, KC = K / (G * 8), W = @W@;"),
+    ("    const int panel = items[3 * blockIdx.x], first = items[3 * blockIdx.x + 1], end = items[3 * blockIdx.x + 2];\n",
+     "    // padded items: item b's entries at b * W (pads: rc 0, order -1), so they load beside (panel, count)\n"
+     "    const int panel = items[2 * blockIdx.x], first = blockIdx.x * W, end = first + items[2 * blockIdx.x + 1];\n"),
+    ("    const int j0 = panel * PW;\n",
+     "    const int j0 = panel * PW;\n"
+     "#ifdef PF\n"
+     "    // the item's later rounds' slots into L2 now (rc and order: W / 32 lines of 128 bytes each), so a cold\n"
+     "    // call's rounds after the first find them there\n"
+     "    if (tid < 2 * (W / 32)) {\n"
+     "        const int* line = (tid < W / 32 ? rc : order) + first + (tid % (W / 32)) * 32;\n"
+     '        asm volatile("prefetch.global.L2 [%0];" :: "l"(line));\n'
+     "    }\n"
+     "#endif\n"),
+    ("    for (int u = 0; u < E; ++u) {\n        const bool in = base + u < end;\n        e[u] = in ? order[base + u] : -1;\n"
+     "        const int x = in ? rc[base + u] : 0;\n        c[u] = x & 15;\n        #pragma unroll\n"
+     "        for (int q = 0; q < KC; ++q) av[u][q] = ld16(A + (size_t)(x >> 4) * K + (q * G + gl) * 8);\n    }\n    // B's",
+     "    for (int u = 0; u < E; ++u) {  // the first round: W >= a round's entries, pads in bounds\n"
+     "        e[u] = order[base + u];\n        const int x = rc[base + u];\n        c[u] = x & 15;\n        #pragma unroll\n"
+     "        for (int q = 0; q < KC; ++q) av[u][q] = ld16(A + (size_t)(x >> 4) * K + (q * G + gl) * 8);\n    }\n    // B's"),
+    ("    while (wb < end) {\n", "    do {  // (the first round unconditionally)\n"),
+    ("    }\n}\n", "    } while (wb < end);\n}\n"),
+]
+SOURCE_PAD = SOURCE_PRE
+for _find, _repl in PAD_EDITS:
+    assert SOURCE_PAD.count(_find) == 1, _find
+    SOURCE_PAD = SOURCE_PAD.replace(_find, _repl)
 
 
 def source(pre: bool = False, pad: bool = False, pf: bool = False, **values) -> str:
