@@ -24,6 +24,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
+import numpy
 import torch
 
 from passes.smem_sddmm import rc_packed16
@@ -423,6 +424,159 @@ def _dot_panels(r: torch.Tensor, c: torch.Tensor, e: torch.Tensor, counts: torch
     data = torch.cat([torch.stack([pid, count], 1).reshape(-1), rc, order]).int().contiguous()
     used = int((counts > 0).sum())
     return DotPanels(data, n_items, e.numel() / used if used else 0.0, n_items * entries)
+
+
+GROUP_ROWS = 8  # rows of A per group: the N of mma.sync's m16n8k16
+GROUP_BATCH = 16  # entries per mma (its M)
+GROUP_ENTRIES = 128  # entries per work item at most: 8 batches, one owner nibble each in a 32-bit word per lane
+GROUP_PANEL_BYTES = 160 * 1024  # a block's panel of Bt in shared memory
+
+
+@dataclass(frozen=True, eq=False)
+class RowGroups:
+    """A pattern's entries for `<kernel>_groups` (codegen/cuda_sddmm.py, K = 32): each block holds
+    a panel of `width` consecutive rows of Bt in shared memory; a warp takes work items of at most
+    GROUP_ENTRIES entries of one group of GROUP_ROWS consecutive rows within one panel, 16 at a
+    time as mma.sync's A operand (their rows of Bt gathered by ldmatrix) against the group's rows
+    of A as its B operand. Source: benchmarks/probes/sddmm_row_groups.py (H200, 2026-11-29:
+    36.2 us against the tile walk's 52.2 at 10000^2 with 5M uniform entries; docs/PERFORMANCE.md
+    "K = 32 by row groups").
+
+    - data: int32, passed in dot_order's place:
+      - blocks [n_blocks, 3]: (panel, first item, end item), the items of a panel split among
+        its blocks by entries;
+      - items [n_items, 3]: (group, first slot, count), in panel order;
+      - jn [slots + 32]: per slot, the byte offset of the entry's row of Bt in the panel
+        (`slot_base`); an item's slots are padded to a multiple of 16 (offset 0); within an
+        item the slots are ordered so that 8 consecutive ones have distinct bank classes where
+        the counts allow (conflict-free ldmatrix);
+      - pr [slots + 32]: by the entry's rank r in its item (the order of P's indices), pr[first
+        + r] is its index into P (S's order, or row * N + column for a dense P);
+      - owner [n_items * 32]: per item and lane, 8 nibbles (one per batch t): bit 0 the lane
+        holds entry lane / 4 of the batch (in accumulator d1 if bit 1, else d0), bit 2 entry
+        lane / 4 + 8 (d3 if bit 3, else d2);
+      - si: bytes (4 per int32 word, little-endian), by rank, the entry's slot within its item.
+    - n_blocks: the kernel's grid: the `blocks` asked for (one per SM) at most, or one per panel
+      holding entries where there are more such panels.
+    - n_items, slots: passed as n_tc and n_dot (the kernel finds the arrays by them).
+    - width: columns of B per panel (GROUP_PANEL_BYTES / (2 K))."""
+
+    data: torch.Tensor
+    n_blocks: int
+    n_items: int
+    slots: int
+    width: int
+
+
+def group_class(j: torch.Tensor) -> torch.Tensor:
+    """The bank class (0..7) of row j of a K = 32 panel (codegen/cuda_sddmm.py `tk_group_class`):
+    chunk q of row j sits in 16-byte slot q ^ class of its 128-byte line (two rows per line, in
+    opposite halves: bit 2), so 8 rows of distinct classes read at one q are conflict-free. The
+    column's higher bits are mixed in, because R-MAT's low column bits are skewed."""
+    m = j >> 1
+    return (((j & 1) << 2) | (m & 3)) ^ (((m >> 2) ^ (m >> 5) ^ (m >> 8)) & 7)
+
+
+def slot_base(j: torch.Tensor) -> torch.Tensor:
+    """The byte offset of chunk 0 of row j of a K = 32 panel: line * 128 + class * 16 (chunk q
+    is at slot_base ^ (q << 4))."""
+    return (j >> 1) * 128 + (group_class(j) << 4)
+
+
+def row_groups(p: SparsePattern, K: int, blocks: int, dense: bool = False) -> RowGroups:
+    """`p`'s entries as RowGroups for `<kernel>_groups` at K (32 only), over `blocks` blocks
+    (one per SM; more where more panels hold entries); P's indices are S's order, or row * N + column with `dense`. Memoized
+    per (pattern object, K, blocks, dense). ValueError for another K, fewer than 1 block, or a
+    dense P of 2^31 elements or more."""
+    if K != 32:
+        raise ValueError(f"row groups at K = {K}: only K = 32 (a 64-byte row of Bt)")
+    if blocks < 1:
+        raise ValueError(f"{blocks} blocks: expected at least 1")
+    if dense and p.M * p.N > _INT32_MAX:
+        raise ValueError(f"a dense P of {p.M} x {p.N} has more elements than int32 indexes")
+    key = ("groups", K, blocks, dense)
+    if key not in p._memo:
+        p._memo[key] = _row_groups(p, K, blocks, dense)
+    return p._memo[key]
+
+
+def _row_groups(p: SparsePattern, K: int, n_blocks: int, dense: bool) -> RowGroups:
+    W, R = GROUP_ENTRIES, GROUP_ROWS
+    width = GROUP_PANEL_BYTES // (2 * K)
+    dev = p.rows.device
+    rows, cols = p.rows.long(), p.cols.long()
+    nnz = rows.numel()
+    e = rows * p.N + cols if dense else torch.arange(nnz, device=dev)
+    panel, jl = cols // width, cols % width
+    n_groups = max(-(-p.M // R), 1)
+    seg = panel * n_groups + rows // R
+    n = rows % R
+    # P's order within each (panel, group): by row, then column
+    o = torch.sort((seg * R + n) * width + jl, stable=True).indices
+    segs, counts = torch.unique_consecutive(seg[o], return_counts=True)
+    chunks = -(-counts // W)
+    item_seg = torch.repeat_interleave(segs, chunks)
+    n_items = item_seg.numel()
+    within = torch.arange(n_items, device=dev) - torch.repeat_interleave(chunks.cumsum(0) - chunks, chunks)
+    item_first = torch.repeat_interleave(counts.cumsum(0) - counts, chunks) + within * W
+    item_count = torch.minimum(torch.repeat_interleave(counts, chunks) - within * W, torch.full_like(within, W))
+    item_of = torch.repeat_interleave(torch.arange(n_items, device=dev), item_count)  # per sorted position
+    r = torch.arange(nnz, device=dev) - torch.repeat_interleave(item_first, item_count)  # rank in the item
+    # slots: by rank within the bank class, then the class
+    cls = group_class(jl[o])
+    o1 = torch.sort((item_of * 8 + cls) * W + r, stable=True).indices
+    bucket = (item_of * 8 + cls)[o1]
+    start = torch.ones_like(bucket, dtype=torch.bool)
+    start[1:] = bucket[1:] != bucket[:-1]
+    idx = torch.arange(nnz, device=dev)
+    rank = torch.empty_like(idx)
+    rank[o1] = idx - torch.cummax(torch.where(start, idx, 0), 0).values
+    k = torch.sort((item_of * W + rank) * 8 + cls, stable=True).indices  # sorted positions, in slot order
+    padded = -(-item_count // GROUP_BATCH) * GROUP_BATCH
+    slot_first = padded.cumsum(0) - padded
+    slots = int(padded.sum())
+    if 4 * slots + 32 * n_items + 3 * n_items + 3 * n_blocks + 64 > _INT32_MAX:
+        raise ValueError(f"{slots} slots of row groups do not fit int32")
+    within_item = torch.arange(nnz, device=dev) - torch.repeat_interleave(item_first, item_count)  # slot in the item
+    src = o[k]
+    jn = torch.zeros(slots + 32, dtype=torch.int64, device=dev)
+    jn[slot_first[item_of[k]] + within_item] = slot_base(jl[src])
+    pr = torch.zeros(slots + 32, dtype=torch.int64, device=dev)
+    pr[slot_first[item_of] + r] = e[o]
+    si = torch.zeros(-(-(slots + 32) // 4) * 4, dtype=torch.int64, device=dev)
+    si[slot_first[item_of[k]] + r[k]] = within_item
+    m, t = within_item % GROUP_BATCH, within_item // GROUP_BATCH
+    lane = 4 * (m % 8) + n[src] // 2
+    bits = (1 | ((n[src] & 1) << 1)) << (4 * t + 2 * (m // 8))
+    owner = torch.zeros(n_items * 32, dtype=torch.int64, device=dev)
+    owner.index_add_(0, item_of[k] * 32 + lane, bits)  # (distinct bits: the sum is their or)
+    owner = torch.where(owner >= 1 << 31, owner - (1 << 32), owner)
+    si_words = (si.view(-1, 4) << torch.tensor([0, 8, 16, 24], device=dev)).sum(1)
+    si_words = torch.where(si_words >= 1 << 31, si_words - (1 << 32), si_words)
+    items = torch.stack([item_seg % n_groups, slot_first, item_count], 1).reshape(-1)
+    # blocks over the panels by entries (at most n_blocks); a panel's items split among its blocks
+    item_panel = (item_seg // n_groups).cpu().numpy()
+    sizes = item_count.cpu().numpy()
+    n_panels = max(-(-p.N // width), 1)
+    per_panel = numpy.bincount(item_panel, weights=sizes, minlength=n_panels) if n_items else numpy.zeros(n_panels)
+    want = per_panel / max(per_panel.sum(), 1) * n_blocks
+    share = numpy.maximum(numpy.floor(want), per_panel > 0).astype(int)
+    for pn in numpy.argsort(-(want - numpy.floor(want)), kind="stable"):
+        if share.sum() >= n_blocks:
+            break
+        share[pn] += 1
+    spans = []
+    for pn in range(n_panels):
+        at = numpy.nonzero(item_panel == pn)[0]
+        if at.size == 0:
+            continue
+        cum = numpy.cumsum(sizes[at])
+        cuts = numpy.searchsorted(cum, numpy.arange(1, share[pn]) * cum[-1] / share[pn])
+        bounds = sorted({0, *cuts.tolist(), at.size})
+        spans += [(pn, int(at[a]), int(at[b - 1]) + 1) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    block_data = torch.tensor(spans, dtype=torch.int64, device=dev).reshape(-1)
+    data = torch.cat([block_data, items, jn, pr, owner, si_words]).int().contiguous()
+    return RowGroups(data, len(spans), n_items, slots, width)
 
 
 def dispatch_plan(p: SparsePattern, BM: int, BN: int, dot_below: int) -> DispatchPlan:

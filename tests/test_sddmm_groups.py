@@ -1,0 +1,149 @@
+"""tkc.sparse.row_groups (the launch data of codegen/cuda_sddmm.py `<kernel>_groups`, K = 32):
+decoded back as the kernel reads it, every entry of the pattern is computed exactly once, at its
+row and column, and written to its own index of P; the owner nibbles name the accumulator that
+holds it; the blocks cover every item of their panel once; the slot order keeps 8 consecutive
+slots of distinct bank classes where the counts allow. The kernel itself runs on the CPU
+emulation in tests/test_sddmm_cuda_emulated.py and on the GPU in tests/gpu/test_gpu_sddmm.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from profiles import examples
+from tkc import sparse as sp
+
+
+def decode(g: sp.RowGroups, M: int, N: int):
+    """(rows, cols, P indices) of every entry the kernel computes, read from g.data as the kernel
+    reads it (codegen/cuda_sddmm.py `<kernel>_groups`), and per item its slots' bank classes."""
+    d = g.data.cpu().numpy().astype(np.int64)
+    nb, ni, slots, width = g.n_blocks, g.n_items, g.slots, g.width
+    blocks = d[:3 * nb].reshape(nb, 3)
+    items = d[3 * nb:3 * nb + 3 * ni].reshape(ni, 3)
+    at = 3 * nb + 3 * ni
+    jn, pr = d[at:at + slots + 32], d[at + slots + 32:at + 2 * (slots + 32)]
+    owner = d[at + 2 * (slots + 32):at + 2 * (slots + 32) + 32 * ni].reshape(ni, 32) & 0xFFFFFFFF
+    si = (d[at + 2 * (slots + 32) + 32 * ni:] & 0xFFFFFFFF).astype("<u4").view(np.uint8)
+    base = sp.slot_base(torch.arange(width)).numpy()
+    row_of_base = np.full(base.max() + 1, -1)
+    row_of_base[base] = np.arange(width)
+    assert (np.bincount(base) <= 1).all(), "two panel rows at one offset"
+    panel_of = np.full(ni, -1)
+    for panel, lo, hi in blocks:
+        assert lo < hi and (panel_of[lo:hi] == -1).all(), "an item in two blocks"
+        panel_of[lo:hi] = panel
+    assert (panel_of >= 0).all(), "an item in no block"
+    assert (np.diff(panel_of) >= 0).all(), "items not in panel order"
+    group, first, count = items.T
+    assert (count > 0).all() and (count <= sp.GROUP_ENTRIES).all() and (first % sp.GROUP_BATCH == 0).all()
+    # the owner nibbles: which lane and accumulator hold slot 16 t + m, and so its row n in the group
+    n_of = np.full((ni, sp.GROUP_ENTRIES), -1)
+    lane = np.arange(32)
+    for t in range(sp.GROUP_ENTRIES // sp.GROUP_BATCH):
+        nib = (owner >> (4 * t)) & 15
+        for half in (0, 1):
+            held = (nib >> (2 * half)) & 1 == 1
+            slot = 16 * t + lane // 4 + 8 * half
+            n = 2 * (lane % 4) + ((nib >> (2 * half + 1)) & 1)
+            it, ln = np.nonzero(held)
+            assert (n_of[it, slot[ln]] == -1).all(), "an accumulator owned twice"
+            n_of[it, slot[ln]] = n[it, ln]
+    inside = np.arange(sp.GROUP_ENTRIES)[None, :] < count[:, None]
+    assert ((n_of >= 0) == inside).all(), "a slot with no owner, or a pad with one"
+    rows, cols, idx, classes = [], [], [], []
+    for i in range(ni):
+        ranks = si[first[i]:first[i] + count[i]].astype(np.int64)
+        assert np.array_equal(np.sort(ranks), np.arange(count[i])), "si is not a permutation of the item's slots"
+        j = row_of_base[jn[first[i] + ranks]]
+        assert (j >= 0).all(), "a slot offset of no panel row"
+        rows.append(sp.GROUP_ROWS * group[i] + n_of[i, ranks])
+        cols.append(panel_of[i] * width + j)
+        idx.append(pr[first[i]:first[i] + count[i]])
+        classes.append(sp.group_class(torch.tensor(row_of_base[jn[first[i]:first[i] + count[i]]])).numpy())
+    cat = (lambda x: np.concatenate(x) if x else np.zeros(0, dtype=np.int64))
+    return cat(rows), cat(cols), cat(idx), classes
+
+
+def check(p: sp.SparsePattern, blocks: int, dense: bool):
+    g = sp.row_groups(p, 32, blocks, dense)
+    panels = len(set((p.cols.long() // 2560).tolist()))
+    assert g.n_blocks <= max(blocks, panels) and g.width == 2560
+    rows, cols, idx, _ = decode(g, p.M, p.N)
+    assert len(idx) == p.nnz
+    want_r, want_c = p.rows.long().numpy(), p.cols.long().numpy()
+    if dense:
+        assert sorted(idx.tolist()) == sorted((want_r * p.N + want_c).tolist())
+        assert (idx == rows * p.N + cols).all()
+    else:
+        assert sorted(idx.tolist()) == list(range(p.nnz)), "an entry written twice or never"
+        assert (want_r[idx] == rows).all() and (want_c[idx] == cols).all(), "an entry at the wrong row or column"
+    return g
+
+
+@settings(max_examples=examples(15, 60), deadline=None)
+@given(M=st.integers(1, 200), N=st.integers(1, 6000), fill=st.floats(0.0, 0.03), kind=st.sampled_from(["uniform", "rmat"]),
+       blocks=st.integers(1, 9), dense=st.booleans(), seed=st.integers(0, 3))
+def test_row_groups_decode_to_the_pattern(M, N, fill, kind, blocks, dense, seed):
+    nnz = min(int(M * N * fill), M * N)
+    p = (sp.uniform(M, N, nnz, seed=seed) if kind == "uniform" or nnz == 0 or nnz > M * N // 2
+         else sp.rmat(M, N, nnz, seed=seed))
+    check(p, blocks, dense)
+
+
+def test_row_groups_shuffled_coo_and_empty_rows():
+    """A coo pattern in no particular order (P's indices are then its positions), rows with no
+    entries between full ones, and a panel boundary (2560 columns) inside the matrix."""
+    rng = np.random.default_rng(3)
+    rows = np.concatenate([np.full(900, 5), np.full(40, 77), rng.integers(100, 140, 300)])
+    cols = np.concatenate([rng.permutation(5000)[:900], rng.permutation(5000)[:40], rng.integers(0, 5000, 300)])
+    keys = np.unique(rows * 5000 + cols)
+    perm = rng.permutation(keys.size)
+    p = sp.SparsePattern(150, 5000, "coo", torch.tensor(keys[perm] // 5000, dtype=torch.int32),
+                         torch.tensor(keys[perm] % 5000, dtype=torch.int32))
+    g = check(p, 4, False)
+    assert g.n_items > 8  # row 5's 900 entries over two panels: items of 128
+
+
+def test_row_groups_slots_by_rank_within_their_bank_class():
+    """Within an item the slots go by rank within their bank class, then the class: each slot's
+    rank (how many earlier slots share its class) never decreases, so 8 consecutive slots hold
+    distinct classes while every class lasts (conflict-free ldmatrix). Uniform entries: about 2/3
+    of the groups of 8 are then whole (the rest come after the item's smallest class ran out)."""
+    p = sp.uniform(400, 10000, 200_000, seed=1)
+    g = sp.row_groups(p, 32, 16)
+    _, _, _, classes = decode(g, p.M, p.N)
+    for c in classes:
+        seen = np.zeros(8, dtype=np.int64)
+        rank = []
+        for x in c:
+            rank.append(seen[x])
+            seen[x] += 1
+        assert (np.diff(rank) >= 0).all(), c
+    groups = [c[i:i + 8] for c in classes for i in range(0, len(c) - 7, 8)]
+    assert np.mean([len(set(x.tolist())) == 8 for x in groups]) > 0.6
+
+
+def test_row_groups_blocks_follow_the_entries():
+    """Blocks go to the panels by their entries: a panel with 3x the entries gets about 3x the
+    blocks, and no block is empty."""
+    M, N = 256, 5120  # two panels
+    rows = torch.arange(M).repeat_interleave(40)
+    cols = torch.stack([torch.cat([torch.randperm(2560)[:30], 2560 + torch.randperm(2560)[:10]]) for _ in range(M)]).reshape(-1)
+    keys = torch.unique(rows * N + cols)
+    p = sp.SparsePattern(M, N, "csr", (keys // N).int(), (keys % N).int())
+    g = sp.row_groups(p, 32, 8)
+    d = g.data[:3 * g.n_blocks].reshape(-1, 3)
+    per_panel = torch.bincount(d[:, 0].long(), minlength=2)
+    assert per_panel.tolist() == [6, 2], per_panel
+    assert (d[:, 2] > d[:, 1]).all()
+
+
+@pytest.mark.parametrize("K, blocks, dense, M, N", [(64, 4, False, 8, 8), (32, 0, False, 8, 8), (32, 4, True, 50000, 50000)])
+def test_row_groups_refuses(K, blocks, dense, M, N):
+    p = sp.uniform(M, N, 10, seed=0)
+    with pytest.raises(ValueError):
+        sp.row_groups(p, K, blocks, dense)
