@@ -65,7 +65,8 @@ def _sampled_kernels_wait_before_reading_bt(source: str) -> None:
     runs (cuda_runtime.CudaLaunch._sampled): B's transpose waits, then triggers its successor,
     first after its shared array; the tiles wait before their first copy of A and B (and trigger the dot
     products only when there are any); the dot products wait before their first read of Bt, and
-    those by column panels (`<kernel>_panels`) before their first read of A or B."""
+    those by column panels (`<kernel>_panels`) before their first read of A or B, and the row
+    groups (`<kernel>_groups`, K = 32) before their first read of A, Bt or P."""
     bodies = _kernel_bodies(source)
     (transpose,) = [b for n, b in bodies.items() if n.endswith("_transpose_b")]
     assert transpose[1:3] == ["tk_pdl_wait();  // (launched programmatically only inside tkc.programmatic_launch)",
@@ -78,7 +79,12 @@ def _sampled_kernels_wait_before_reading_bt(source: str) -> None:
     wait = panels.index("tk_pdl_wait();")
     assert all(not re.search(r"\b[ABP](\[| \+)", line) for line in panels[:wait]), panels[:wait]
     assert any("B + " in line for line in panels[wait:]) and any("A + " in line for line in panels[wait:])
-    tiles = [b for n, b in bodies.items() if not n.endswith(("_dots", "_transpose_b", "_panels"))]
+    for name, groups in bodies.items():  # every entry by row groups (K = 32): waits before Bt's panel
+        if name.endswith("_groups"):
+            wait = groups.index("tk_pdl_wait();  // (launched programmatically only inside tkc.programmatic_launch)")
+            assert all(not re.search(r"\b(A|Bt|P)(\[| \+)", line) for line in groups[:wait]), groups[:wait]
+            assert any("Bt + " in line for line in groups[wait:]) and any("P[" in line for line in groups[wait:])
+    tiles = [b for n, b in bodies.items() if not n.endswith(("_dots", "_transpose_b", "_panels", "_groups"))]
     for tile in tiles:
         wait = tile.index("tk_pdl_wait();")
         assert tile[wait + 1] == "if (n_dot > 0) tk_pdl_trigger();"
@@ -199,7 +205,9 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     launched persistent (passes/smem_sddmm.py `persistent_fits`: `<kernel>_walk`, with its own
     shared memory) on what is resident at once (here 2 blocks) or n_tc when that is fewer; where
     the dot products are more than PERSISTENT_DOTS_PER_TILE (16) per tile, the one-tile kernel
-    on n_tc blocks."""
+    on n_tc blocks. A sixth call at K = 32 with `row_groups` (tkc.sparse.RowGroups) launches
+    `<kernel>_groups` alone after the transpose: its blocks, 1024 threads, 180224 bytes of shared
+    memory, its data in dot_order's place and its work items and slots as n_tc and n_dot."""
     path = os.path.join(ROOT, "examples", "sddmm.tk")
     source = cuda.emit(driver.optimize(driver.frontend(path, {"K": K}), "cuda"))
     launch = cuda_runtime.CudaLaunch(path, source)
@@ -266,36 +274,45 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     # the later calls' A, B, P and Bt elsewhere; the third on another stream; the fourth, where every entry is a
     # dot product, with the plan's dot_sequential: dot_order is passed as a null pointer
     assert launch.panel_kernel == "sddmm_panels" and launch.panel_smem == 16 * (K + 8) * 2
-    for call in range(5):
+    assert (launch.group_kernel == "sddmm_groups") == (K == 32) and launch.group_smem == (180224 if K == 32 else 0)
+    for call in range(6 if K == 32 else 5):
         stream[0] = 78 if call == 2 else 77
         seq = call == 3 and n_tc == 0
         # (7 work items of 32 slots: the launches take the slots as n_dot)
         panels = sp.DotPanels(_FakeTensor(1 << 30, (2 * 7 + 2 * 7 * 32,)), 7, 3.0, 7 * 32) if call == 4 else None
         nd = panels.slots if panels and n_dot else n_dot
+        # (the sixth at K = 32: every entry by row groups, 11 work items of 176 slots on 3 blocks)
+        groups = sp.RowGroups(_FakeTensor(2 << 30, (100,)), 3, 11, 176, 2560) if call == 5 else None
         tensors = [_FakeTensor(4096 * (i + 1) + (1 << 20) * call * (i in (0, 1, 4, 5)), s) for i, s in enumerate(shapes)]
         launched.clear()
         programmatic_at.clear()
         contexts.clear()
         with tkc.programmatic_launch() if context else contextlib.nullcontext():
             launch(*tensors, fill_bt=fill_bt, **({"dot_sequential": True} if seq else {}),
-                   **({"dot_panels": panels} if panels else {}))
+                   **({"dot_panels": panels} if panels else {}), **({"row_groups": groups} if groups else {}))
         ptrs = [t.ptr for t in tensors]
         if seq:
             ptrs[10] = 0
         if panels:
             ptrs[10] = 1 << 30
+        if groups:
+            ptrs[10] = 2 << 30
         want = []
         if fill_bt:
             name, tile, threads = launch.transpose
             want.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), [ptrs[1], ptrs[5]], 0))
-        if n_tc:
+        if groups:  # instead of the tiles and the dot products: the plan's work items and slots as n_tc, n_dot
+            want.append(("sddmm_groups", (3, 1, 1), (1024, 1, 1), ptrs + [11, 176], 180224))
+        elif n_tc:
             if K == 32 and nd <= 16 * n_tc:
                 assert launch.walk_kernel == launch.tc_kernel + "_walk" and launch.walk_smem > 0
                 want.append((launch.walk_kernel, (min(n_tc, 2), 1, 1), launch.block, ptrs + [n_tc, nd],
                              launch.walk_smem))
             else:
                 want.append((launch.tc_kernel, (n_tc, 1, 1), launch.block, ptrs + [n_tc, nd], launch.smem))
-        if n_dot and panels:  # by column panels: the generated source's block and shared memory
+        if groups:
+            pass
+        elif n_dot and panels:  # by column panels: the generated source's block and shared memory
             threads = int(re.search(r"PANEL_THREADS = (\d+)", launch.source).group(1))
             want.append(("sddmm_panels", (7, 1, 1), (threads, 1, 1), ptrs + [n_tc, nd], 16 * (K + 8) * 2))
         elif n_dot:
@@ -308,7 +325,7 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
         assert contexts == ([0, None] if other_device or not ex else [])
         # the occupancy asked of the persistent tile kernel (on the tensors' device)
         assert set(resident) == ({(0, launch.walk_kernel, launch.walk_smem)} if K == 32 and n_tc and n_dot <= 16 * n_tc
-                                 else set())
+                                 else set())  # (asked by the earlier calls; the row groups ask for none)
 
 
 def test_sampled_gemm_calls_on_two_threads_keep_their_own_arguments(monkeypatch):

@@ -176,3 +176,66 @@ def test_dot_path_sequential_against_torch(tmp_path, dense):
 def test_dot_path_property(tmp_path_factory, M, N, K, fill, seed):
     nnz = max(1, int(M * N * fill))
     _check(tmp_path_factory.mktemp("sddmm"), M, N, K, nnz, 16, 16, False, 0, seed)
+
+
+GROUPS_KERNEL = """kernel sddmm<BM=128, BN=128, threads=256>(A: {dt}[M, K], B: {dt}[K, N], S: {fmt}[M, N, NNZ]) -> (P: f32[{out}])
+    where M = {M}, N = {N}, K = 32, NNZ = {nnz}
+{{
+    grid (tiles(S, BM, BN)) as (m, n) threads(threads)
+    P[S] = A[m*BM : +BM, :] @ B[:, n*BN : +BN]
+}}
+"""
+
+
+def _check_groups(tmp_path, M, N, nnz, dense, seed, dt="f16", kind="uniform", blocks=3, pattern=None):
+    """`<kernel>_groups` (K = 32, 16-bit A and B) over tkc.sparse.RowGroups, in dot_order's place
+    (its work items as n_tc, its slots as n_dot), its blocks run from the last; B passed as NaN
+    (the kernel reads Bt). Against float64 torch on the 16-bit operands' values."""
+    text = GROUPS_KERNEL.format(dt=dt, fmt="coo" if dense else "csr", out="M, N" if dense else "NNZ", M=M, N=N, nnz=nnz)
+    if (text, "groups") not in _BUILT:
+        path = tmp_path / "sddmm_groups.tk"
+        path.write_text(text)
+        module = driver.optimize(driver.frontend(str(path)), "cuda")
+        source = cuda.emit(module)
+        sddmm = cuda.launch_config(source)["sddmm"]
+        assert sddmm["group_kernel"] == "sddmm_groups" and sddmm["group_threads"] == 1024
+        work = tmp_path / f"emu{len(_BUILT)}"
+        work.mkdir()
+        dtypes = [dt, dt, "i32", "i32", "f32", dt, "i32", "i32", "i32", "i32", "i32", "u16", "i32"]
+        exe = emulate.build(source, dtypes, 2, str(work), kernel=("sddmm_groups", 1024), reverse=True)
+        _BUILT[(text, "groups")] = (exe, str(work), module)
+    exe, work, module = _BUILT[(text, "groups")]
+    p = pattern or (sp.rmat if kind == "rmat" else sp.uniform)(M, N, nnz, seed=seed)
+    A, B = _operands(M, N, 32, seed)
+    tdt = torch.float16 if dt == "f16" else torch.bfloat16
+    A, B = A.to(tdt), B.to(tdt)
+    g = sp.row_groups(p, 32, blocks, dense)
+    bits = (lambda t: t.view(torch.int16).numpy())
+    out = np.zeros((M, N) if dense else (nnz,), np.float32)
+    empty = np.zeros(1, np.int32)
+    arrays = [bits(A), np.full((32, N), -1, np.int16), p.rows.numpy(), p.cols.numpy(), out, bits(B.t().contiguous()),
+              empty, empty, empty, empty, g.data.numpy(), np.zeros(1, np.int16), empty]
+    got = torch.from_numpy(_run(exe, work, arrays, [g.n_items, g.slots, g.n_blocks], 4, dense))
+    _assert_matches(module, got, A.float(), B.float(), p, dense)
+    return g
+
+
+@pytest.mark.parametrize("dense, dt, kind", [(False, "f16", "uniform"), (True, "f16", "uniform"),
+                                             (False, "bf16", "rmat")])
+def test_groups_path_against_torch(tmp_path, dense, dt, kind):
+    """Two panels of 2560 columns (the second cut at N = 3000), row groups cut by M = 90, items
+    up to 128 entries (8 batches of 16) and short ones, a block per panel span; f16 and bf16."""
+    g = _check_groups(tmp_path, 90, 3000, 6000, dense, 5, dt, kind)
+    assert g.n_blocks >= 2 and g.n_items > 8
+
+
+def test_groups_path_one_block_many_items(tmp_path):
+    """Rows of many entries (a full one) and rows of none: items of 128 entries and short last
+    ones, 48 in one block's span, so its first 16 warps take two items each (the second's words
+    loaded while the first's batches run)."""
+    rng = np.random.default_rng(7)
+    cols = np.concatenate([np.arange(2560), np.sort(rng.permutation(2560)[:2000]), np.sort(rng.permutation(2560)[:1500])])
+    rows = np.repeat([3, 5, 10], [2560, 2000, 1500])
+    p = sp.SparsePattern(17, 2560, "csr", torch.tensor(rows, dtype=torch.int32), torch.tensor(cols, dtype=torch.int32))
+    g = _check_groups(tmp_path, 17, 2560, 6060, False, 7, blocks=1, pattern=p)
+    assert g.n_blocks == 1 and g.n_items == 48

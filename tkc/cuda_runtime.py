@@ -140,6 +140,11 @@ class CudaLaunch:
         self.panel_width, self.panel_entries = sddmm.get("panel_width"), sddmm.get("panel_entries")
         self.panel_block = (sddmm["panel_threads"], 1, 1) if self.panel_kernel else None
         self.panel_smem = int(sddmm.get("panel_smem", 0))  # dynamic shared memory: B's panel
+        # every entry by row groups on mma.sync (K = 32; tkc.sparse.RowGroups), where codegen emitted it
+        self.group_kernel = sddmm.get("group_kernel")
+        self.group_block = (sddmm["group_threads"], 1, 1) if self.group_kernel else None
+        self.group_smem = int(sddmm.get("group_smem", 0))  # dynamic shared memory: Bt's panel and the stages
+        self.group_dense = bool(sddmm.get("group_dense"))  # P dense: the plan indexes it by row * N + column
         self._functions: dict[tuple, object] = {}  # (device index, kernel name) -> cupy RawKernel
         self._modules: dict[int, object] = {}  # device index -> cupy RawModule
         self._streams: dict[tuple, object] = {}  # (device index, torch stream handle) -> cupy stream
@@ -167,7 +172,8 @@ class CudaLaunch:
                         self._modules[index] = cupy.RawModule(code=self.source, backend="nvrtc",
                                                               options=(f"--gpu-architecture={arch}", "--std=c++17"))
                 fn = self._modules[index].get_function(name)
-                smem = self.smem if name == self.name else self.walk_smem if name == self.walk_kernel else 0
+                smem = (self.smem if name == self.name else self.walk_smem if name == self.walk_kernel
+                        else self.group_smem if name == self.group_kernel else 0)
                 if smem > DEFAULT_SMEM:
                     fn.max_dynamic_shared_size_bytes = smem
                 if name == self.name and math.prod(self.cluster) > PORTABLE_CLUSTER:
@@ -175,7 +181,8 @@ class CudaLaunch:
             self._functions[(index, name)] = fn
         return self._functions[(index, name)]
 
-    def __call__(self, *tensors, fill_bt: bool = False, dot_sequential: bool = False, dot_panels=None) -> None:
+    def __call__(self, *tensors, fill_bt: bool = False, dot_sequential: bool = False, dot_panels=None,
+                 row_groups=None) -> None:
         """Launch on `tensors`. Raises TkError (a user error) when CuPy, which loads and launches
         the kernel, is not installed. `fill_bt` (a sampled gemm): write B transposed into the Bt
         argument first (the kernel's own transpose), for the dot products. `dot_sequential` (a
@@ -184,7 +191,10 @@ class CudaLaunch:
         with `panel_kernel`): the plan's tkc.sparse.DotPanels at this kernel's `panel_width`; its
         data goes in dot_order's place and its slots in n_dot's (the kernel finds its items'
         stride by them), and `<kernel>_panels` computes the dot products from B itself (no
-        transpose) instead of `<kernel>_dots`.
+        transpose) instead of `<kernel>_dots`. `row_groups` (a sampled gemm with `group_kernel`):
+        the pattern's tkc.sparse.RowGroups; `<kernel>_groups` computes every entry (after B's
+        transpose with `fill_bt`), its data in dot_order's place, its work items and slots as n_tc
+        and n_dot, no tiles and no dot products.
 
         Decoding launches small kernels back to back, so the host time of a launch counts: the
         stream comes from torch's current raw stream (no Stream object per call), the kernel is
@@ -198,7 +208,7 @@ class CudaLaunch:
                         "target `cuda` launches kernels through CuPy, which is not installed",
                         "install tkc's GPU extra: `pip install -e \".[gpu]\"` (cupy-cuda13x), or use `--target tilelang`")
         if self.dot_kernel is not None:  # a sampled gemm: its own launches (self.pdl is false for them)
-            self._sampled(tensors, fill_bt, dot_sequential, dot_panels)
+            self._sampled(tensors, fill_bt, dot_sequential, dot_panels, row_groups)
             return
         cupy, numpy, torch = _modules()
         index = tensors[0].get_device()
@@ -243,7 +253,7 @@ class CudaLaunch:
             else:
                 self.function(index).kernel(grid, self.block, tuple(fn_args), self.smem, stream)
 
-    def _sampled(self, tensors, fill_bt: bool, dot_sequential: bool = False, panels=None) -> None:
+    def _sampled(self, tensors, fill_bt: bool, dot_sequential: bool = False, panels=None, groups=None) -> None:
         """A sampled gemm's launches (codegen/cuda_sddmm.py): B's transpose when `fill_bt`, the
         tensor-core tiles when the plan has any, the dot products when it has any. Each kernel
         after the first is launched programmatically where the GPU takes it (sm_90): it starts
@@ -262,8 +272,12 @@ class CudaLaunch:
         cupy, _, torch = _modules()
         keep = []
         ptrs = [_pointer(t, keep) for t in tensors]
-        n_items = 0
-        if panels is not None:  # the dot products by column panels: their data in dot_order's place
+        n_items = group_blocks = 0
+        if groups is not None:  # every entry by row groups: their data in dot_order's place
+            if self.group_kernel is None:
+                raise BackendError("row_groups given to a sampled gemm without a row-group kernel")
+            ptrs[-3], group_blocks = _pointer(groups.data, keep), groups.n_blocks
+        elif panels is not None:  # the dot products by column panels: their data in dot_order's place
             if self.panel_kernel is None:
                 raise BackendError("dot_panels given to a sampled gemm without a panel kernel")
             ptrs[-3], n_items = _pointer(panels.data, keep), panels.n_items
@@ -273,21 +287,24 @@ class CudaLaunch:
         n_tc, n_dot = tensors[-6].numel(), tensors[-3].numel()  # tc_m, dot_order
         if n_items and n_dot:
             n_dot = panels.slots  # `<kernel>_panels` finds its items' stride and order by it (the tiles test n_dot > 0)
+        if group_blocks:  # `<kernel>_groups` finds its arrays by its work items and slots
+            n_tc, n_dot = groups.n_items, groups.slots
         handle = _raw_stream(torch, index)
         first_programmatic = _programmatic.get()
         shape_b = tuple(tensors[1].shape)
         state = self._sampled_state.__dict__
-        key = (index, handle, n_tc, n_dot, fill_bt, shape_b, first_programmatic, n_items)
+        key = (index, handle, n_tc, n_dot, fill_bt, shape_b, first_programmatic, n_items, group_blocks)
         held = state.get(key)
         if held is None:
             held = self._sampled_launches(index, handle, len(ptrs) + 2, n_tc, n_dot, fill_bt, shape_b, first_programmatic,
-                                          n_items)
+                                          n_items, group_blocks)
             if len(state) >= _CONFIGS_KEPT:
                 state.clear()
             state[key] = held
         launches, values, pair = held
         if index != cupy.cuda.runtime.getDevice() or launches is None:  # another device's context, or no cuLaunchKernelEx
-            self._sampled_cupy(index, handle, ptrs, n_tc, n_dot, fill_bt, shape_b, first_programmatic, n_items)
+            self._sampled_cupy(index, handle, ptrs, n_tc, n_dot, fill_bt, shape_b, first_programmatic, n_items,
+                               group_blocks)
             return
         values[:] = ptrs + [n_tc, n_dot]  # (the driver copies the arguments at each launch)
         pair[0], pair[1] = ptrs[1], ptrs[5]  # the transpose's B and Bt
@@ -297,14 +314,19 @@ class CudaLaunch:
             if status:
                 raise BackendError(f"cuLaunchKernelEx failed with CUDA driver error {status}")
 
-    def _sampled_plan(self, index: int, n_tc: int, n_dot: int, fill_bt: bool, shape_b, n_items: int = 0) -> list:
+    def _sampled_plan(self, index: int, n_tc: int, n_dot: int, fill_bt: bool, shape_b, n_items: int = 0,
+                      group_blocks: int = 0) -> list:
         """A sampled gemm call's kernels in launch order: (name, grid, block, shared memory bytes,
         whether it takes the transpose's two arguments). `n_items`: the dot products by column
-        panels, over that many work items (0: `<kernel>_dots`)."""
+        panels, over that many work items (0: `<kernel>_dots`). `group_blocks`: every entry by
+        row groups, over that many blocks (n_tc and n_dot are then its items and slots)."""
         kernels = []
         if fill_bt:  # B [K, N] -> Bt [N, K], before the kernels that read it
             (K, N), (name, tile, threads) = shape_b, self.transpose
             kernels.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), 0, True))
+        if group_blocks:
+            kernels.append((self.group_kernel, (group_blocks, 1, 1), self.group_block, self.group_smem, False))
+            return kernels
         if self.tc_kernel and n_tc:
             name, grid, smem = self.tile_launch(index, n_tc, n_dot)
             kernels.append((name, (grid, 1, 1), self.block, smem, False))
@@ -315,7 +337,7 @@ class CudaLaunch:
         return kernels
 
     def _sampled_launches(self, index: int, handle: int, n_args: int, n_tc: int, n_dot: int, fill_bt: bool, shape_b,
-                          first_programmatic: bool, n_items: int = 0):
+                          first_programmatic: bool, n_items: int = 0, group_blocks: int = 0):
         """(launches, argument slots, the transpose's slots) for _sampled: each launch a
         (config reference, CUfunction, parameter array, the config's attributes) for
         cuLaunchKernelEx, programmatic after
@@ -328,14 +350,14 @@ class CudaLaunch:
         params, pair_params = _params(values), _params(pair)
         launches = []
         for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(index, n_tc, n_dot, fill_bt, shape_b,
-                                                                              n_items)):
+                                                                              n_items, group_blocks)):
             config, attrs = _launch_config(grid, block, smem, handle, pdl and (i > 0 or first_programmatic), False)
             launches.append((ctypes.byref(config), self.function(index, name).kernel.ptr, pair_params if two else params,
                              attrs))  # (the config points at its attributes: kept alive with it)
         return launches, values, pair
 
     def _sampled_cupy(self, index: int, handle: int, ptrs: list, n_tc: int, n_dot: int, fill_bt: bool, shape_b,
-                      first_programmatic: bool, n_items: int = 0) -> None:
+                      first_programmatic: bool, n_items: int = 0, group_blocks: int = 0) -> None:
         """_sampled's launches through CuPy (a driver without cuLaunchKernelEx), or through
         _launch_ex in device `index`'s context (the tensors on another device than the current)."""
         cupy, numpy, _ = _modules()
@@ -344,7 +366,7 @@ class CudaLaunch:
         pdl, ex = _pdl_supported(index), _launch_ex_supported()
         with cupy.cuda.Device(index):
             for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(index, n_tc, n_dot, fill_bt, shape_b,
-                                                                                  n_items)):
+                                                                                  n_items, group_blocks)):
                 fn_args = (args[1], args[5]) if two else args
                 if ex:
                     _launch_ex(self.function(index, name).kernel.ptr, grid, block, fn_args, smem, handle,

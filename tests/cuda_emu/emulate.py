@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -58,7 +59,10 @@ def build(source: str, dtypes: list[str], n_scalars: int, workdir: str, refs=(),
                   "pdl": False, "dynamic": []}
     if config["cluster"] != [1, 1, 1]:
         raise ValueError("the CPU emulation runs no thread-block clusters")
-    body = source.split("// ---- kernel ----")[1].split("\n", 1)[1].replace('extern "C" ', "")
+    body = source.split("// ---- kernel ----")[1].split("\n", 1)[1]
+    if kernel is not None:  # only that kernel: the others may hold PTX the CPU cannot assemble (wgmma tiles)
+        body = _only_kernel(body, kernel[0])
+    body = body.replace('extern "C" ', "")
     # dynamic dims are int arguments after the scalars (read from argv after them); a grid extent
     # that depends on them is computed from them
     names = [n for n, _, _ in config.get("dynamic", [])]
@@ -121,6 +125,22 @@ int main(int, char** argv) {{
     if r.returncode:
         raise RuntimeError("g++ failed:\n" + r.stderr[-4000:])
     return exe
+
+
+def _only_kernel(body: str, name: str) -> str:
+    """`body` without the `extern "C" __global__` definitions of kernels other than `name` (each
+    runs from its first line to the next line that is a lone `}`). Uncalled inline helpers stay:
+    g++ emits no code for them."""
+    out, skip = [], False
+    for line in body.split("\n"):
+        if line.startswith('extern "C" __global__'):
+            m = re.search(r"(\w+)\(", line.split(")", 1)[1] if "__launch_bounds__" in line else line)
+            skip = m is None or m.group(1) != name
+        if not skip:
+            out.append(line)
+        elif line == "}":
+            skip = False
+    return "\n".join(out)
 
 
 class Emulated:

@@ -1,5 +1,5 @@
-// A CPU stand-in for the CUDA the tkc backend emits for f32 kernels without clusters or tensor
-// cores (examples/sgemm.tk): it replaces the generated file's prelude (everything before
+// A CPU stand-in for the CUDA the tkc backend emits for f32 kernels without clusters or wgmma
+// (examples/sgemm.tk), and for the SDDMM's `<kernel>_groups` (16-bit operands, ldmatrix, mma.sync): it replaces the generated file's prelude (everything before
 // "// ---- kernel"), so g++ -std=c++20 compiles the kernel itself unchanged. One std::thread per
 // CUDA thread of a block, blocks one after another, std::barrier for __syncthreads, one shared
 // memory array; cp.async copies are queued and land only at the cp.async.wait_group that retires
@@ -32,7 +32,7 @@ alignas(128) unsigned char smem[232448];
 #define __align__(n)
 #define __shared__
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
-struct tk_warp { std::barrier<> bar{32}; unsigned long long slot[32]; };
+struct tk_warp { std::barrier<> bar{32}; unsigned long long slot[32]; unsigned frag[32][6]; };
 std::vector<std::unique_ptr<tk_warp>> g_warps;  // one per warp of the running block
 template <typename T>
 inline T __shfl_xor_sync(unsigned, T v, int mask) {
@@ -119,4 +119,58 @@ inline void tk_cp_async_wait() {
         }
         g_groups.pop_front();
     }
+}
+
+// ---- 16-bit operands and the warp's tensor-core instructions (SDDMM `<kernel>_groups`) ----------
+// __half and __nv_bfloat16 as their bits; ldmatrix and mma.sync exchange the lanes' registers
+// through the warp's slots between two barriers of its 32 threads, as the GPU's warp-wide
+// instructions do (every lane must call them). mma's products and sums in float, in k order.
+struct __half { unsigned short x; };
+struct __nv_bfloat16 { unsigned short x; };
+inline float tk_h2f(unsigned short h) {
+    const unsigned s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    const float v = e == 0 ? std::ldexp(static_cast<float>(m), -24)
+                  : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(static_cast<float>(m | 1024), static_cast<int>(e) - 25);
+    return s ? -v : v;
+}
+inline float tk_bf2f(unsigned short b) { const unsigned u = static_cast<unsigned>(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+inline float __half2float(__half h) { return tk_h2f(h.x); }
+inline float __bfloat162float(__nv_bfloat16 b) { return tk_bf2f(b.x); }
+inline size_t __cvta_generic_to_shared(const void* p) { return static_cast<size_t>(static_cast<const unsigned char*>(p) - smem); }
+inline void __syncwarp(unsigned = 0xffffffffu) { g_warps[threadIdx.x / 32]->bar.arrive_and_wait(); }
+inline void tk_ldmatrix_x4(unsigned (&r)[4], const void* smem_row) {  // lanes 8i..8i+7 give matrix i's rows
+    tk_warp& w = *g_warps[threadIdx.x / 32];
+    const int lane = threadIdx.x % 32;
+    w.slot[lane] = reinterpret_cast<uintptr_t>(smem_row);
+    w.bar.arrive_and_wait();
+    for (int i = 0; i < 4; ++i) {
+        const auto* row = reinterpret_cast<const unsigned char*>(static_cast<uintptr_t>(w.slot[8 * i + lane / 4]));
+        if (reinterpret_cast<uintptr_t>(row) % 16) { fprintf(stderr, "misaligned ldmatrix row\n"); abort(); }
+        std::memcpy(&r[i], row + 4 * (lane % 4), 4);
+    }
+    w.bar.arrive_and_wait();
+}
+template <typename T>
+inline void tk_mma_16816(float* d, const unsigned (&a)[4], unsigned b0, unsigned b1) {  // d += A (16x16) B (16x8)
+    tk_warp& w = *g_warps[threadIdx.x / 32];
+    const int lane = threadIdx.x % 32;
+    for (int i = 0; i < 4; ++i) w.frag[lane][i] = a[i];
+    w.frag[lane][4] = b0, w.frag[lane][5] = b1;
+    w.bar.arrive_and_wait();
+    auto val = [](unsigned word, int hi) {
+        const unsigned short b = static_cast<unsigned short>(hi ? word >> 16 : word & 0xffff);
+        return std::is_same<T, __half>::value ? tk_h2f(b) : tk_bf2f(b);
+    };
+    // A[r][k]: lane 4 (r % 8) + (k % 8) / 2, register (r >= 8) + 2 (k >= 8); B[k][c]: lane 4 c + (k % 8) / 2,
+    // register b0 or b1 (k >= 8); the low half holds the even k (PTX ISA, mma.m16n8k16 fragments)
+    const int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; ++i) {
+        const int r = g + 8 * (i / 2), c = 2 * t + i % 2;
+        float s = 0.0f;
+        for (int k = 0; k < 16; ++k)
+            s += val(w.frag[4 * (r % 8) + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k % 2)
+                 * val(w.frag[4 * c + (k % 8) / 2][4 + (k >= 8)], k % 2);
+        d[i] += s;
+    }
+    w.bar.arrive_and_wait();
 }

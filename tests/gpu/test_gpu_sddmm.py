@@ -174,3 +174,50 @@ def test_api_with_torch_sparse_and_transposed_b(cache_dir):
     P = kernel(A, Bt, S)
     ref = torch.sparse.sampled_addmm(S.to(torch.float64), A.double(), Bt.double(), beta=0.0).values()
     assert oracle.rel_error(P, ref) < 1e-5
+
+
+@pytest.mark.parametrize("kind, dense, dtype", [("uniform", False, torch.float16), ("rmat", False, torch.float16),
+                                                ("uniform", True, torch.bfloat16)])
+def test_cuda_row_groups_kernel(kind, dense, dtype, tmp_path):
+    """`<kernel>_groups` (K = 32: every entry by row groups on mma.sync against a panel of Bt in
+    shared memory; tkc.sparse.RowGroups) launched through CudaLaunch with `row_groups`, after the
+    kernel's own transpose of B, one block per SM; P starts as NaN (an entry left unwritten
+    fails). Three panels (N = 6000), rows of no entries, R-MAT's dense rows. Not yet chosen by the
+    runtime (docs/PERFORMANCE.md "K = 32 by row groups")."""
+    from codegen import cuda
+    from tkc import cuda_runtime, driver
+
+    M, N = 3000, 6000
+    path = os.path.join(ROOT, "examples", "sddmm.tk")
+    text = open(path).read()
+    if dense:
+        text = text.replace("-> (P: f32[NNZ])", "-> (P: f32[M, N])").replace("csr[M, N, NNZ]", "coo[M, N, NNZ]")
+    text = text.replace("A: f16[M, K], B: f16[K, N]", "A: bf16[M, K], B: bf16[K, N]") if dtype == torch.bfloat16 else text
+    src = tmp_path / "sddmm32.tk"
+    src.write_text(text)
+    source = cuda.emit(driver.optimize(driver.frontend(str(src), {"M": M, "N": N, "K": 32, "NNZ": 400_000}), "cuda"))
+    cu = tmp_path / "sddmm32.cu"
+    cu.write_text(source)
+    launch = cuda_runtime.CudaLaunch(str(cu), source)
+    assert launch.group_kernel == "sddmm_groups" and launch.group_dense == dense
+    p = _pattern(kind, M, N, 400_000, 3, "csr").to("cuda")
+    g = torch.Generator(device="cuda").manual_seed(3)
+    A = torch.randn(M, 32, device="cuda", generator=g).to(dtype)
+    B = torch.randn(32, N, device="cuda", generator=g).to(dtype)
+    P = torch.full((M, N) if dense else (p.nnz,), float("nan"), device="cuda")
+    if dense:
+        P.zero_()
+    plan = sp.dispatch_plan(p, 128, 128, 0)
+    groups = sp.row_groups(p, 32, torch.cuda.get_device_properties(0).multi_processor_count, dense)
+    bt = torch.empty(N, 32, device="cuda", dtype=dtype)
+    launch(A, B, p.rows, p.cols, P, bt, *plan.cuda_tensors(), fill_bt=True, row_groups=groups)
+    torch.cuda.synchronize()
+    vals = (A.double() @ B.double())[p.rows.long(), p.cols.long()]
+    got = P[p.rows.long(), p.cols.long()] if dense else P
+    assert not got.isnan().any()
+    err = ((got.double() - vals).abs().max() / vals.abs().max()).item()
+    assert err < 1e-5, err
+    if dense:
+        mask = torch.ones(M, N, dtype=torch.bool, device="cuda")
+        mask[p.rows.long(), p.cols.long()] = False
+        assert (P[mask] == 0).all()
