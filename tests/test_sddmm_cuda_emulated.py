@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codegen import cuda
+from profiles import examples
 from passes.smem_sddmm import rc_packed16
 from tkc import driver, oracle
 from tkc import sparse as sp
@@ -211,7 +212,7 @@ def _check_groups(tmp_path, M, N, nnz, dense, seed, dt="f16", kind="uniform", bl
     A, B = A.to(tdt), B.to(tdt)
     g = sp.row_groups(p, 32, blocks, dense)
     bits = (lambda t: t.view(torch.int16).numpy())
-    out = np.zeros((M, N) if dense else (nnz,), np.float32)
+    out = np.zeros((M, N) if dense else (p.nnz,), np.float32)  # (the kernel's NNZ is not in its code)
     empty = np.zeros(1, np.int32)
     arrays = [bits(A), np.full((32, N), -1, np.int16), p.rows.numpy(), p.cols.numpy(), out, bits(B.t().contiguous()),
               empty, empty, empty, empty, g.data.numpy(), np.zeros(1, np.int16), empty]
@@ -239,3 +240,15 @@ def test_groups_path_one_block_many_items(tmp_path):
     p = sp.SparsePattern(17, 2560, "csr", torch.tensor(rows, dtype=torch.int32), torch.tensor(cols, dtype=torch.int32))
     g = _check_groups(tmp_path, 17, 2560, 6060, False, 7, blocks=1, pattern=p)
     assert g.n_blocks == 1 and g.n_items == 48
+
+
+@settings(max_examples=examples(3, 10), deadline=None)
+@given(nnz=st.integers(1, 20000), kind=st.sampled_from(["uniform", "rmat"]), blocks=st.integers(1, 4),
+       seed=st.integers(0, 2**16))
+def test_groups_path_property(tmp_path_factory, nnz, kind, blocks, seed):
+    """Any pattern of a 70 x 2600 matrix (two panels, the second of 40 columns; one build: the
+    kernel's constants do not depend on the pattern), 1 to 4 blocks."""
+    M, N = 70, 2600
+    nnz = min(nnz, M * N // 2 if kind == "rmat" else M * N)
+    _check_groups(tmp_path_factory.mktemp("groups"), M, N, 1000, False, seed, kind=kind, blocks=blocks,
+                  pattern=(sp.rmat if kind == "rmat" else sp.uniform)(M, N, nnz, seed=seed))
