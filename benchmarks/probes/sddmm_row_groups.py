@@ -14,7 +14,8 @@ conflicts. The panel is stored so that chunk q of row j sits in 16-byte slot q ^
 128-byte line (h: `swz_class`, 8 classes), and the plan orders each item's entries so that 8
 consecutive ones have distinct classes where it can: such 8 rows are then conflict-free.
 
-    source .device/env.sh && python3 benchmarks/probes/sddmm_row_groups.py [--shapes uniform,rmat] [VARIANT ...]
+    source .device/env.sh && python3 benchmarks/probes/sddmm_row_groups.py [--shapes=uniform,rmat,k64] [VARIANT ...]
+    source .device/env.sh && python3 benchmarks/probes/sddmm_row_groups.py --compiled
 
 VARIANT is T-W[-noswz][-fromb][-nopf]: T threads per block, W entries per work item at most (a
 multiple of 32, at most 256), `-noswz` keeps an item's entries in S's order (no conflict-free
@@ -377,7 +378,61 @@ def plan(p, N: int, K: int, W: int, n_blocks: int, swz: bool = True, runs: bool 
     return jn.int().contiguous(), pr.int().contiguous(), si.contiguous(), owner.int().contiguous(), items, blocks_t, len(blocks), PWC
 
 
+COMPILED_SHAPES = [(4000, 4000, 88_000, "uniform"), (8000, 8000, 640_000, "uniform"), (10000, 10000, 1_000_000, "uniform"),
+                   (10000, 10000, 5_000_000, "uniform"), (10000, 10000, 5_000_000, "rmat"),
+                   (37000, 37000, 368_000, "uniform"), (1504, 1504, 746_000, "rmat")]
+
+
+def compiled() -> int:
+    """`--compiled`: the compiler's form, codegen/cuda_sddmm.py `<kernel>_groups` (examples/sddmm.tk
+    at K = 32, launched through CudaLaunch with tkc.sparse.row_groups after the kernel's own
+    transpose of B), against the tkc call as the runtime makes it (tiles, walk or dot products),
+    at K = 32 over COMPILED_SHAPES: us per call (do_bench) and as graph replays, each checked
+    against float64 torch. For the runtime's dispatch rule (not yet written)."""
+    from codegen import cuda
+    from tkc import driver
+
+    tmp = tempfile.mkdtemp()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"GPU: {torch.cuda.get_device_name()}, {sms} SMs; K = 32, f16")
+    print("| shape | tkc call us / graph | row groups us / graph | items | max rel err (call, groups) |")
+    print("|---|---|---|---|---|")
+    path = os.path.join(ROOT, "examples", "sddmm.tk")
+    kernel = tkc.compile(path, target="cuda")
+    for M, N, nnz, kind in COMPILED_SHAPES:
+        p = (sp.uniform(M, N, nnz, seed=1) if kind == "uniform" else sp.rmat(M, N, nnz, seed=1)).to("cuda")
+        A = torch.randn(M, 32, device="cuda", dtype=torch.float16)
+        B = torch.randn(32, N, device="cuda", dtype=torch.float16)
+        rows, cols = p.rows.long(), p.cols.long()
+        ref = torch.cat([(A[rows[i:i + (1 << 20)]].double() * B[:, cols[i:i + (1 << 20)]].t().double()).sum(1)
+                         for i in range(0, p.nnz, 1 << 20)])
+        P = kernel(A, B, p)
+        err_call = ((P.double() - ref).abs().max() / ref.abs().max()).item()
+        call_cold = do_bench(lambda: kernel(A, B, p), warmup=50, rep=300) * 1e3
+        call_graph = graph_us(lambda: kernel(A, B, p))
+        source = cuda.emit(driver.optimize(driver.frontend(path, {"M": M, "N": N, "K": 32, "NNZ": p.nnz}), "cuda"))
+        cu = os.path.join(tmp, f"groups-{M}-{N}-{p.nnz}.cu")
+        with open(cu, "w") as f:
+            f.write(source)
+        launch = cuda_runtime.CudaLaunch(cu, source)
+        plan = sp.dispatch_plan(p, 128, 128, 0)
+        groups = sp.row_groups(p, 32, sms)
+        P2 = torch.full((p.nnz,), float("nan"), device="cuda")
+        bt = torch.empty(N, 32, device="cuda", dtype=A.dtype)
+        args = [A, B, p.rows, p.cols, P2, bt, *plan.cuda_tensors()]
+        launch(*args, fill_bt=True, row_groups=groups)
+        torch.cuda.synchronize()
+        err = ((P2.double() - ref).abs().max() / ref.abs().max()).item()
+        cold = do_bench(lambda: launch(*args, fill_bt=True, row_groups=groups), warmup=50, rep=300) * 1e3
+        graph = graph_us(lambda: launch(*args, fill_bt=True, row_groups=groups))
+        print(f"| {M}x{N} {p.nnz} {kind} | {call_cold:.1f} / {call_graph:.1f} | {cold:.1f} / {graph:.1f} | "
+              f"{groups.n_items} | {err_call:.1e}, {err:.1e} |", flush=True)
+    return 0
+
+
 def main() -> int:
+    if "--compiled" in sys.argv:
+        return compiled()
     shapes = ["uniform", "rmat"]
     for a in sys.argv[1:]:
         if a.startswith("--shapes="):
