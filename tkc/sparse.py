@@ -483,6 +483,29 @@ def slot_base(j: torch.Tensor) -> torch.Tensor:
     return (j >> 1) * 128 + (group_class(j) << 4)
 
 
+def group_spans(item_panel, sizes, n_panels: int, n_blocks: int) -> list[tuple[int, int, int]]:
+    """The blocks of `<kernel>_groups` as (panel, first item, end item): `n_blocks` spread over the
+    panels by their entries (each panel holding entries gets at least one), a panel's items
+    (numpy `item_panel`, in panel order, of `sizes` entries) split among its blocks by entries."""
+    per_panel = numpy.bincount(item_panel, weights=sizes, minlength=n_panels) if len(sizes) else numpy.zeros(n_panels)
+    want = per_panel / max(per_panel.sum(), 1) * n_blocks
+    share = numpy.maximum(numpy.floor(want), per_panel > 0).astype(int)
+    for pn in numpy.argsort(-(want - numpy.floor(want)), kind="stable"):
+        if share.sum() >= n_blocks:
+            break
+        share[pn] += 1
+    spans = []
+    for pn in range(n_panels):
+        at = numpy.nonzero(item_panel == pn)[0]
+        if at.size == 0:
+            continue
+        cum = numpy.cumsum(sizes[at])
+        cuts = numpy.searchsorted(cum, numpy.arange(1, share[pn]) * cum[-1] / share[pn])
+        bounds = sorted({0, *cuts.tolist(), at.size})
+        spans += [(pn, int(at[a]), int(at[b - 1]) + 1) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    return spans
+
+
 def row_groups(p: SparsePattern, K: int, blocks: int, dense: bool = False) -> RowGroups:
     """`p`'s entries as RowGroups for `<kernel>_groups` at K (32 only), over `blocks` blocks
     (one per SM; more where more panels hold entries); P's indices are S's order, or row * N + column with `dense`. Memoized
@@ -554,26 +577,8 @@ def _row_groups(p: SparsePattern, K: int, n_blocks: int, dense: bool) -> RowGrou
     si_words = (si.view(-1, 4) << torch.tensor([0, 8, 16, 24], device=dev)).sum(1)
     si_words = torch.where(si_words >= 1 << 31, si_words - (1 << 32), si_words)
     items = torch.stack([item_seg % n_groups, slot_first, item_count], 1).reshape(-1)
-    # blocks over the panels by entries (at most n_blocks); a panel's items split among its blocks
-    item_panel = (item_seg // n_groups).cpu().numpy()
-    sizes = item_count.cpu().numpy()
-    n_panels = max(-(-p.N // width), 1)
-    per_panel = numpy.bincount(item_panel, weights=sizes, minlength=n_panels) if n_items else numpy.zeros(n_panels)
-    want = per_panel / max(per_panel.sum(), 1) * n_blocks
-    share = numpy.maximum(numpy.floor(want), per_panel > 0).astype(int)
-    for pn in numpy.argsort(-(want - numpy.floor(want)), kind="stable"):
-        if share.sum() >= n_blocks:
-            break
-        share[pn] += 1
-    spans = []
-    for pn in range(n_panels):
-        at = numpy.nonzero(item_panel == pn)[0]
-        if at.size == 0:
-            continue
-        cum = numpy.cumsum(sizes[at])
-        cuts = numpy.searchsorted(cum, numpy.arange(1, share[pn]) * cum[-1] / share[pn])
-        bounds = sorted({0, *cuts.tolist(), at.size})
-        spans += [(pn, int(at[a]), int(at[b - 1]) + 1) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    spans = group_spans((item_seg // n_groups).cpu().numpy(), item_count.cpu().numpy(), max(-(-p.N // width), 1),
+                        n_blocks)
     block_data = torch.tensor(spans, dtype=torch.int64, device=dev).reshape(-1)
     data = torch.cat([block_data, items, jn, pr, owner, si_words]).int().contiguous()
     return RowGroups(data, len(spans), n_items, slots, width)

@@ -263,8 +263,7 @@ def source(**values) -> str:
 def swz_class(j, K: int):
     """The kernel's swz_class: the bank class 0..7 of panel row j."""
     if K == 32:
-        m = j >> 1
-        return (((j & 1) << 2) | (m & 3)) ^ (((m >> 2) ^ (m >> 5) ^ (m >> 8)) & 7)
+        return sp.group_class(j)
     return (j ^ (j >> 3) ^ (j >> 6) ^ (j >> 9)) & 7
 
 
@@ -339,29 +338,8 @@ def plan(p, N: int, K: int, W: int, n_blocks: int, swz: bool = True, runs: bool 
     pr[slot_first[item_of] + r] = e[o]
     si[slot_first[item_of[k]] + r[k]] = within_item.to(torch.uint8)
     items = torch.stack([item_seg % G, slot_first, item_count], 1).int().contiguous()
-    # blocks over panels by entries; items of a panel split among its blocks by entries
-    item_panel = item_seg // G
-    n_panels = -(-N // PWC)
-    per_panel = torch.bincount(item_panel, weights=item_count.double(), minlength=n_panels).cpu().numpy()
-    want = per_panel / per_panel.sum() * n_blocks  # at most n_blocks in all: one wave of one block per SM
-    share = numpy.maximum(numpy.floor(want), (per_panel > 0)).astype(int)
-    for pn in numpy.argsort(-(want - numpy.floor(want))):
-        if share.sum() >= n_blocks:
-            break
-        share[pn] += 1
-    blocks = []
-    ip = item_panel.cpu().numpy()
-    ic = item_count.cpu().numpy()
-    for pn in range(n_panels):
-        idx = numpy.nonzero(ip == pn)[0]
-        if idx.size == 0:
-            continue
-        cum = numpy.cumsum(ic[idx])
-        cuts = numpy.searchsorted(cum, numpy.arange(1, share[pn]) * cum[-1] / share[pn])
-        bounds = [0, *cuts.tolist(), idx.size]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            if b > a:
-                blocks.append((pn, int(idx[a]), int(idx[b - 1]) + 1))
+    # blocks over panels by entries; items of a panel split among its blocks by entries (as the compiler's plan)
+    blocks = sp.group_spans((item_seg // G).cpu().numpy(), item_count.cpu().numpy(), -(-N // PWC), n_blocks)
     blocks_t = torch.tensor(blocks, dtype=torch.int32, device=dev).contiguous()
     owner = torch.where(owner >= 1 << 31, owner - (1 << 32), owner)  # as int32 bits
     if runs:  # 2-byte jn and si (with n), pr as 8 offsets per item: rank r of row n is P[offset[n] + r]
