@@ -751,6 +751,12 @@ def test_explain_states_when_the_tiles_walk(k, target, walk, tmp_path):
             "`sddmm_walk`, the blocks resident at once each walking tiles (")
     assert (line in out.stdout) == walk, out.stdout
     assert "sparse-dispatch for `S`" in out.stdout
+    # ... and at K = 32 with f16 operands, the row groups' choice per pattern (tkc/runtime.py `_groups_for`)
+    groups = ("  launch (cuda): every entry runs by row groups on `sddmm_groups` (a block per SM holding a 160 KB panel "
+              "of B transposed, mma.sync on 8 rows of A against 16 entries; no tiles and no dot products) where the "
+              "pattern has at least 500000 entries, at most 20% of S and at least 48 per group of 8 rows and panel "
+              "holding any; else the tiles and dot products above (decided per pattern at its first call)")
+    assert (groups in out.stdout) == walk, out.stdout
 
 
 @pytest.mark.parametrize("defines, target, panels", [(("K=256",), "cuda", True), (("N=1500",), "cuda", False),
@@ -805,17 +811,17 @@ def test_cuda_dot_products_go_by_column_panels_where_panels_are_sparse():
     dense = sp.uniform(2000, 2000, 1_200_000, seed=1)  # 600 per column
     for p, panels_expected in ((sparse, True), (dense, False)):
         plan = sp.dispatch_plan(p, 128, 128, 128 * 128 + 1)  # every entry a dot product
-        bt, kw = kernel._b_transposed(plan, B, Launch, (p.rows, p.cols))
+        bt, kw = kernel._b_transposed(plan, B, Launch, p)
         assert tuple(bt.shape) == (2000, 256)
         if panels_expected:  # 250 items of 256 entries would leave resident blocks idle: items of 128
             assert set(kw) == {"dot_panels"} and kw["dot_panels"] is plan.dot_panels(p.rows, p.cols, 2000, 16, 128)
             assert 0 < kw["dot_panels"].per_panel <= PANEL_MEAN_MAX
-            assert kernel._b_transposed(plan, B, Launch, (p.rows, p.cols))[1] == kw  # the choice is kept per plan
+            assert kernel._b_transposed(plan, B, Launch, p)[1] == kw  # the choice is kept per plan
             for slots, entries in ((250, 256), (251, 128)):  # 250 items of 256 entries fill 250 resident blocks
                 Launch.slots = slots
                 for k in [k for k in plan._memo if k[0] == "panel_choice"]:  # (another GPU)
                     del plan._memo[k]
-                assert kernel._b_transposed(plan, B, Launch, (p.rows, p.cols))[1]["dot_panels"] is plan.dot_panels(
+                assert kernel._b_transposed(plan, B, Launch, p)[1]["dot_panels"] is plan.dot_panels(
                     p.rows, p.cols, 2000, 16, entries)
         else:
             assert plan.dot_panels(p.rows, p.cols, 2000, 16, 128).per_panel > PANEL_MEAN_MAX
@@ -829,7 +835,7 @@ def test_cuda_dot_products_go_by_column_panels_where_panels_are_sparse():
         slots = {size: sum(-(-n // size) for n in per_panel) * size for size in (128, 64, 32)}
         want = next((size for size in (128, 64, 32) if slots[size] <= 2 * nnz), None)
         assert want == entries, slots
-        kw = kernel._b_transposed(plan, B, Launch, (p.rows, p.cols))[1]
+        kw = kernel._b_transposed(plan, B, Launch, p)[1]
         if entries:
             assert kw == {"dot_panels": plan.dot_panels(p.rows, p.cols, 2000, 16, entries)}
             assert kw["dot_panels"].slots == slots[entries]
@@ -838,15 +844,75 @@ def test_cuda_dot_products_go_by_column_panels_where_panels_are_sparse():
     # tiles that read Bt: the transpose is paid anyway, so the dot products read it
     plan = sp.dispatch_plan(sparse, 128, 128, 157)  # about half the tiles (156 entries each on average)
     assert plan.n_tc and plan.n_dot
-    assert kernel._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1] == {"fill_bt": True}
+    assert kernel._b_transposed(plan, B, Launch, sparse)[1] == {"fill_bt": True}
     Launch.tc_reads_bt = False
-    assert set(kernel._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1]) == {"dot_panels"}
+    assert set(kernel._b_transposed(plan, B, Launch, sparse)[1]) == {"dot_panels"}
     Launch.l2 = 2 * B.numel() * B.element_size() - 2  # B over half the L2: each panel's pieces from DRAM
-    assert kernel._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1] == {"fill_bt": True}
+    assert kernel._b_transposed(plan, B, Launch, sparse)[1] == {"fill_bt": True}
     Launch.l2 += 2
-    assert set(kernel._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1]) == {"dot_panels"}
+    assert set(kernel._b_transposed(plan, B, Launch, sparse)[1]) == {"dot_panels"}
     Launch.panel_kernel = None  # no panel kernel (B's rows not in 16-byte vectors)
-    assert kernel._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1] == {"fill_bt": True}
+    assert kernel._b_transposed(plan, B, Launch, sparse)[1] == {"fill_bt": True}
     tl = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="tilelang")
     Launch.panel_kernel = "sddmm_panels"
-    assert "dot_panels" not in tl._b_transposed(plan, B, Launch, (sparse.rows, sparse.cols))[1]
+    assert "dot_panels" not in tl._b_transposed(plan, B, Launch, sparse)[1]
+
+
+def test_cuda_k32_takes_row_groups_where_groups_are_dense_enough():
+    """The `cuda` runtime's choice per pattern at K = 32 (tkc/runtime.py `_groups_for`): every
+    entry by row groups (`row_groups`, tkc.sparse.RowGroups over the group kernel's resident
+    blocks) where the pattern has at least GROUP_NNZ_MIN entries, at most GROUP_DENSITY_MAX of S
+    and at least GROUP_CELL_MEAN_MIN per (8 rows, panel) cell holding any; B transposed by the
+    kernel itself (`fill_bt`), or read as it is where it is a transposed view. Else the tiles and
+    dot products as before; never without a group kernel (K != 32, f32) or on another target."""
+    from tkc import runtime
+    from tkc import sparse as sp
+
+    kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="cuda")
+
+    class Launch:  # what _b_transposed reads of a CudaLaunch
+        group_kernel, group_dense = "sddmm_groups", False
+        panel_kernel, tc_reads_bt = None, True
+        asked = []
+
+        @classmethod
+        def group_blocks(cls, index):
+            cls.asked.append(index)
+            return 7
+
+    B = torch.randn(32, 4000, dtype=torch.float16)
+    p = sp.uniform(4000, 4000, 600_000, seed=1)  # 3.75% of S; 1000 cells of 600 entries
+    plan = sp.dispatch_plan(p, 128, 128, 0)
+    bt, kw = kernel._b_transposed(plan, B, Launch, p)
+    assert set(kw) == {"fill_bt", "row_groups"} and tuple(bt.shape) == (4000, 32)
+    groups = kw["row_groups"]
+    assert groups is sp.row_groups(p, 32, 7) and groups.n_blocks == 7 and Launch.asked == [-1]
+    assert kernel._b_transposed(plan, B, Launch, p)[1]["row_groups"] is groups and Launch.asked == [-1]  # kept
+    view = B.t().contiguous().t()  # B as a transposed view: read as it is
+    bt, kw = kernel._b_transposed(plan, view, Launch, p)
+    assert kw == {"row_groups": groups} and bt.data_ptr() == view.data_ptr()
+    Launch.group_dense = True  # a dense P: the plan indexes it by row * N + column
+    assert kernel._b_transposed(plan, B, Launch, p)[1]["row_groups"] is sp.row_groups(p, 32, 7, True)
+    Launch.group_dense = False
+    # the thresholds, each at its edge
+    for name, edge in (("GROUP_NNZ_MIN", 600_000), ("GROUP_DENSITY_MAX", 600_000 / 4000**2),
+                       ("GROUP_CELL_MEAN_MIN", 600)):
+        for value, taken in ((edge, True), (edge * 1.01 if name != "GROUP_DENSITY_MAX" else edge * 0.99, False)):
+            saved = getattr(runtime, name)
+            setattr(runtime, name, value)
+            try:
+                kw = kernel._b_transposed(plan, B, Launch, p)[1]
+            finally:
+                setattr(runtime, name, saved)
+            assert ("row_groups" in kw) == taken, (name, value, kw)
+            if not taken:
+                assert "fill_bt" in kw
+    for q in (sp.uniform(40_000, 40_000, 600_000, seed=2),  # 7.5 per cell
+              sp.uniform(2000, 1000, 500_000, seed=2),  # 25% of S
+              sp.uniform(10_000, 10_000, 400_000, seed=2)):  # too few entries
+        assert "row_groups" not in kernel._b_transposed(sp.dispatch_plan(q, 128, 128, 0), B, Launch, q)[1]
+    Launch.group_kernel = None  # K != 32 or f32 operands: no group kernel
+    assert "row_groups" not in kernel._b_transposed(sp.dispatch_plan(p, 128, 128, 0), B, Launch, p)[1]
+    Launch.group_kernel = "sddmm_groups"
+    tl = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="tilelang")
+    assert "row_groups" not in tl._b_transposed(sp.dispatch_plan(p, 128, 128, 0), B, Launch, p)[1]

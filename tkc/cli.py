@@ -222,7 +222,8 @@ def cmd_compile(args) -> int:
     if args.explain:  # the code is still written with -o
         from passes.sparse_dispatch import explain
 
-        lines = model_lines + explain(artifact.module) + _explain_walk(artifact) + _explain_panels(artifact)
+        lines = (model_lines + explain(artifact.module) + _explain_walk(artifact) + _explain_panels(artifact)
+                 + _explain_groups(artifact))
         print("\n".join(lines) if lines else f"{args.file}: no pass decisions to explain (no sampled gemm; "
               "`--schedule model` explains the cost model's choice of constants)")
         if not args.output:
@@ -270,6 +271,26 @@ def _explain_panels(artifact) -> list[str]:
             f"at most {PANEL_MEAN_MAX}, B takes at most {PANEL_B_L2_SHARE:.0%} of the GPU's L2{tiles} and the work "
             f"items' slots are at most {PANEL_SLOTS_PER_ENTRY_MAX:g} per entry; else B is transposed and "
             f"`{sddmm['dot_kernel']}` runs them by rows (decided per pattern at its first call)"]
+
+
+def _explain_groups(artifact) -> list[str]:
+    """The `cuda` sampled gemm's choice per pattern at K = 32 with 16-bit operands (tkc/runtime.py
+    `_groups_for`) where the module has the row-group kernel (codegen/cuda_sddmm.py)."""
+    if artifact.target != "cuda":
+        return []
+    from codegen.cuda import launch_config
+
+    sddmm = launch_config(artifact.source).get("sddmm", {})
+    if not sddmm.get("group_kernel"):
+        return []
+    from tkc.runtime import GROUP_CELL_MEAN_MIN, GROUP_DENSITY_MAX, GROUP_NNZ_MIN
+    from tkc.sparse import GROUP_PANEL_BYTES
+
+    return [f"  launch (cuda): every entry runs by row groups on `{sddmm['group_kernel']}` (a block per SM holding "
+            f"a {GROUP_PANEL_BYTES // 1024} KB panel of B transposed, mma.sync on 8 rows of A against 16 entries; "
+            f"no tiles and no dot products) where the pattern has at least {GROUP_NNZ_MIN} entries, at most "
+            f"{GROUP_DENSITY_MAX:.0%} of S and at least {GROUP_CELL_MEAN_MIN} per group of 8 rows and panel holding "
+            "any; else the tiles and dot products above (decided per pattern at its first call)"]
 
 
 def _model_schedule(path: str, defines: dict[str, int], dynamic: tuple[str, ...]):

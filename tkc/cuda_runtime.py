@@ -421,6 +421,14 @@ class CudaLaunch:
                                     self.panel_block)
         return per_sm * sms
 
+    def group_blocks(self, index: int) -> int:
+        """How many blocks of `<kernel>_groups` are resident at once on device `index` (one per SM:
+        its panel of Bt takes most of an SM's shared memory); the runtime plans the row groups over
+        that many (tkc.sparse.row_groups, tkc/runtime.py `_groups_for`)."""
+        per_sm, sms = self.resident(index, self.function(index, self.group_kernel).kernel.ptr, self.group_smem,
+                                    self.group_block)
+        return max(per_sm, 1) * sms
+
     def tile_launch(self, index: int, n_tc: int, n_dot: int) -> tuple[str, int, int]:
         """(kernel, grid, shared memory bytes) of the tensor-core tiles of a call with `n_tc` tiles
         and `n_dot` dot-product entries on device `index`: a block per tile, or the persistent

@@ -516,8 +516,7 @@ class Kernel:
                     given_pattern._memo[(self._token, self.dot_below, tuple([
                         None if i == self._sampled_at else (t.shape, t.dtype, t.device)
                         for i, t in enumerate(original)]))] = (
-                        jit, [(shape, dtype, zeroed) for shape, dtype, zeroed in outs], (pattern.rows, pattern.cols),
-                        plan, sampled[1])
+                        jit, [(shape, dtype, zeroed) for shape, dtype, zeroed in outs], pattern, plan, sampled[1])
             if plan.n_tc + plan.n_dot == 0:  # no entries: nothing to launch (P is empty or zeros)
                 return outputs[0] if len(outputs) == 1 else tuple(outputs)
             extras = [bt, *plan.launch_tensors(self.target)]
@@ -528,8 +527,8 @@ class Kernel:
         """A sampled gemm's call on a pattern object seen before with this dense signature
         (`record`, kept in the pattern's memo by the full path): allocate the outputs, pick B's
         transposed form, launch."""
-        jit, outs, pattern_tensors, plan, b_at = record
-        first = pattern_tensors[0]  # on the kernel's device
+        jit, outs, pattern, plan, b_at = record
+        first = pattern.rows  # on the kernel's device
         outputs = [first.new_zeros(shape, dtype=dtype) if zeroed else first.new_empty(shape, dtype=dtype)
                    for shape, dtype, zeroed in outs]
         if plan.n_tc + plan.n_dot == 0:
@@ -537,14 +536,14 @@ class Kernel:
         arrays = []
         for i, t in enumerate(tensors):
             if i == self._sampled_at:
-                arrays += pattern_tensors
+                arrays += [pattern.rows, pattern.cols]
             else:
                 arrays.append(t if t.is_contiguous() else t.contiguous())
-        bt, fill = self._b_transposed(plan, tensors[b_at], jit, pattern_tensors)
+        bt, fill = self._b_transposed(plan, tensors[b_at], jit, pattern)
         jit(*arrays, *outputs, bt, *plan.launch_tensors(self.target), **fill)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def _b_transposed(self, plan, b, jit, pattern_tensors):
+    def _b_transposed(self, plan, b, jit, pattern):
         """(Bt, launch keywords) for the dot products of `plan` (and the tensor-core tiles of a
         `cuda` kernel whose tiles read it, `jit.tc_reads_bt`): free for a transposed view of B,
         left to the kernel's own transpose on `cuda` (`fill_bt`: faster than torch's), unread (a
@@ -552,7 +551,17 @@ class Kernel:
         On `cuda` the keywords also carry `dot_sequential` when the plan's dot_order is the
         identity (the kernel then reads no dot_order), or `dot_panels` (tkc.sparse.DotPanels) where
         the dot products go by column panels of B itself (`_panels_preferred`), and then no
-        kernel reads Bt unless the tiles do. `pattern_tensors`: the pattern's rows and cols."""
+        kernel reads Bt unless the tiles do. Before all that, on `cuda` at K = 32 with 16-bit
+        operands, `row_groups` (tkc.sparse.RowGroups) where the pattern is large and dense enough
+        per group of rows (`_groups_for`): `<kernel>_groups` then computes every entry from Bt, no
+        tiles and no dot products. `pattern`: the call's tkc.sparse.SparsePattern, on B's device."""
+        if self.target == "cuda" and getattr(jit, "group_kernel", None):
+            groups = _groups_for(plan, jit, pattern, b.get_device())
+            if groups is not None:
+                if b.t().is_contiguous():
+                    return b.t(), {"row_groups": groups}
+                return b.new_empty((b.shape[1], b.shape[0])), {"fill_bt": True, "row_groups": groups}
+        pattern_tensors = (pattern.rows, pattern.cols)
         seq = {"dot_sequential": True} if self.target == "cuda" and plan.dot_sequential else {}
         tiles_read_bt = bool(plan.n_tc and getattr(jit, "tc_reads_bt", False))
         if (self.target == "cuda" and plan.n_dot and not tiles_read_bt and getattr(jit, "panel_kernel", None)
@@ -579,7 +588,7 @@ class Kernel:
             dot_below = int(self.dot_below)
         pattern = tensors[pattern_at]
         plan = dispatch_plan(pattern, bm, bn, dot_below)
-        return (plan, *self._b_transposed(plan, tensors[b_at], jit, (pattern.rows, pattern.cols)))
+        return (plan, *self._b_transposed(plan, tensors[b_at], jit, pattern))
 
     def _sampled(self, module):
         """(pattern input position, B input position, BM, BN, dot_below) of the kernel's sampled
@@ -657,6 +666,50 @@ PANEL_ROUND = 32  # the smallest work item taken: a round of `<kernel>_panels` (
 def _panels_preferred(per_panel: float) -> bool:
     """Whether a `cuda` SDDMM call computes its dot products by column panels (PANEL_MEAN_MAX)."""
     return 0 < per_panel <= PANEL_MEAN_MAX
+
+
+# The `cuda` SDDMM at K = 32 with f16 or bf16 operands computes every entry by row groups (tkc.sparse.RowGroups,
+# `<kernel>_groups`: a warp's 8 rows of A against 16 entries' rows of Bt gathered from a panel in shared memory, on
+# mma.sync) in place of the tiles and dot products, where the pattern has at least GROUP_NNZ_MIN entries, at most
+# GROUP_DENSITY_MAX of S, and at least GROUP_CELL_MEAN_MIN on average per (group of 8 rows, panel of Bt) holding
+# any: every block loads a 160 KB panel, and each work item loads its 8 rows of A and runs whole batches of 16.
+# H200, 2026-11-29, us per call (do_bench) / graph replay, the tkc call before this rule against `<kernel>_groups`
+# (benchmarks/probes/sddmm_row_groups.py --compiled, one run): 10000^2 5M uniform 58.5 / 53.2 against 42.6 / 37.9,
+# R-MAT 58.3 / 45.0 against 44.2 / 39.5; 10000^2 1M 51.0 / 17.6 against 18.3 / 12.5; 8000^2 640k 18.5 / 12.8
+# against 17.6 / 12.1. Not taken: 4000^2 88k (85 per item) 8.1 / 5.1 against 10.5 / 5.6; 37000^2 368k (5 per
+# item) 17.2 / 11.9 against 53.6 / 44.7; 1504^2 746k R-MAT (33% of S, dense tensor-core tiles) 22.4 / 7.0 against
+# 14.5 / 8.8.
+GROUP_NNZ_MIN = 500_000
+GROUP_DENSITY_MAX = 0.2
+GROUP_CELL_MEAN_MIN = 48
+
+
+def _groups_preferred(nnz: int, M: int, N: int, cells: int) -> bool:
+    """Whether a `cuda` SDDMM call at K = 32 computes every entry by row groups, for `nnz` entries
+    of an M x N pattern in `cells` (group of 8 rows, panel) cells holding any (GROUP_NNZ_MIN)."""
+    return nnz >= GROUP_NNZ_MIN and nnz <= GROUP_DENSITY_MAX * M * N and nnz >= GROUP_CELL_MEAN_MIN * cells
+
+
+def _groups_for(plan, jit, pattern, index: int):
+    """The tkc.sparse.RowGroups a `cuda` SDDMM call takes (None: the tiles and dot products), kept in
+    the plan per (device, thresholds): planned over the blocks of `<kernel>_groups` resident at once
+    (jit.group_blocks) where `_groups_preferred`."""
+    import torch
+
+    from tkc import sparse as sp
+
+    key = ("group_choice", index, jit.group_dense, GROUP_NNZ_MIN, GROUP_DENSITY_MAX, GROUP_CELL_MEAN_MIN)
+    if key not in plan._memo:
+        chosen = None
+        nnz, M, N = pattern.nnz, pattern.M, pattern.N
+        if nnz >= GROUP_NNZ_MIN and nnz <= GROUP_DENSITY_MAX * M * N:
+            width = sp.GROUP_PANEL_BYTES // 64  # columns per panel at K = 32
+            cells = torch.unique((pattern.cols.long() // width) * (-(-M // sp.GROUP_ROWS))
+                                 + pattern.rows.long() // sp.GROUP_ROWS).numel()
+            if _groups_preferred(nnz, M, N, cells):
+                chosen = sp.row_groups(pattern, 32, jit.group_blocks(index), jit.group_dense)
+        plan._memo[key] = chosen
+    return plan._memo[key]
 
 
 def _panels_for(plan, jit, pattern_tensors, N: int, index: int):

@@ -182,8 +182,8 @@ def test_cuda_row_groups_kernel(kind, dense, dtype, tmp_path):
     """`<kernel>_groups` (K = 32: every entry by row groups on mma.sync against a panel of Bt in
     shared memory; tkc.sparse.RowGroups) launched through CudaLaunch with `row_groups`, after the
     kernel's own transpose of B, one block per SM; P starts as NaN (an entry left unwritten
-    fails). Three panels (N = 6000), rows of no entries, R-MAT's dense rows. Not yet chosen by the
-    runtime (docs/PERFORMANCE.md "K = 32 by row groups")."""
+    fails). Three panels (N = 6000), rows of no entries, R-MAT's dense rows. The runtime's choice of it:
+    test_public_call_takes_row_groups_at_k32 (docs/PERFORMANCE.md "K = 32 by row groups")."""
     from codegen import cuda
     from tkc import cuda_runtime, driver
 
@@ -221,3 +221,31 @@ def test_cuda_row_groups_kernel(kind, dense, dtype, tmp_path):
         mask = torch.ones(M, N, dtype=torch.bool, device="cuda")
         mask[p.rows.long(), p.cols.long()] = False
         assert (P[mask] == 0).all()
+
+
+@pytest.mark.parametrize("kind, transposed", [("uniform", False), ("rmat", True)])
+def test_public_call_takes_row_groups_at_k32(kind, transposed, cache_dir, monkeypatch):
+    """The public call on `cuda` at K = 32 (examples/sddmm.tk, f16) takes the row groups where the
+    runtime's rule says so (tkc/runtime.py `_groups_for`: 600k entries over 3000 x 6000, 3.3% of S,
+    hundreds per cell), through the full path and then the pattern's kept record; B contiguous
+    (the kernel's own transpose) or a transposed view (read as it is). Against float64 torch; P
+    never holds NaN."""
+    kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="cuda", cache_dir=cache_dir)
+    chosen = []
+    given = kernel._b_transposed
+    monkeypatch.setattr(kernel, "_b_transposed", lambda *a: chosen.append(given(*a)[1]) or given(*a))
+    M, N = 3000, 6000
+    p = _pattern(kind, M, N, 600_000, 4, "csr")
+    g = torch.Generator(device="cuda").manual_seed(4)
+    A = torch.randn(M, 32, device="cuda", generator=g).half()
+    B = torch.randn(32, N, device="cuda", generator=g).half()
+    if transposed:
+        B = B.t().contiguous().t()
+    ref = (A.double() @ B.double())[p.rows.long().cuda(), p.cols.long().cuda()]
+    for call in range(2):  # the full path, then the record kept in the pattern's memo
+        P = kernel(A, B, p)
+        torch.cuda.synchronize()
+        assert "row_groups" in chosen[-1] and ("fill_bt" in chosen[-1]) != transposed, chosen[-1]
+        assert not P.isnan().any()
+        assert oracle.rel_error(P, ref) < 1e-5
+    assert len(chosen) == 2
