@@ -46,6 +46,8 @@ inline T __shfl_xor_sync(unsigned, T v, int mask) {
     w.bar.arrive_and_wait();
     return r;
 }
+struct alignas(8) float2 { float x, y; };  // CUDA's vector type (an 8-byte store of two floats)
+inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline int tk_pack_i8x4(int8_t a, int8_t b, int8_t c, int8_t d) {
     return static_cast<int>(static_cast<uint32_t>(static_cast<uint8_t>(a)) | (static_cast<uint32_t>(static_cast<uint8_t>(b)) << 8) |
