@@ -205,7 +205,7 @@ def emit(module: Module) -> str:
               and -(-K // (g * vec)) <= PANEL_LANE_VECTORS_MAX and (M - 1) * panel_w < 2**31 else None)
     # every entry by row groups on mma.sync (tkc.sparse.RowGroups): K = 32, 16-bit operands, int32 indices of P
     group_w = GROUP_PANEL_BYTES // (2 * K) if K == GROUP_K else 0
-    group_smem = GROUP_PANEL_BYTES + (GROUP_THREADS // 32) * GROUP_SLOTS * GROUP_ROWS * 4
+    group_smem = GROUP_PANEL_BYTES + (GROUP_THREADS // 32) * GROUP_SLOTS * GROUP_ROWS * 4 + 16  # (+ the item counter)
     groups = (f"{kname}_groups" if K == GROUP_K and dt in ("f16", "bf16") and (not dense or M * N < 2**31)
               and nnz < 2**31 else None)
     # `kernel`/`grid` name what one launch runs when there is one kernel (the CPU emulation runs it)
@@ -1007,6 +1007,8 @@ def _row_groups(w, name: str, head: str, T: str, width: int, dense: bool) -> Non
     w(f"    for (int v = tid; v < ncols * 4; v += {GROUP_THREADS})  // the panel: rows c0 + j of Bt, 4 chunks of 16 bytes")
     w("        tk_cp_async<16>(smem + (tk_group_base(v >> 2) ^ ((v & 3) << 4)), Bt + (size_t)(c0 + (v >> 2)) * K + (v & 3) * 8);")
     w("    tk_cp_async_commit();")
+    w(f"    int* next_item = reinterpret_cast<int*>(smem + {width * 64 + warps * S * R * 4});  // the block's next unclaimed item")
+    w(f"    if (tid == 0) *next_item = lo + {warps};")
     w("    tk_cp_async_wait<0>();")
     w("    __syncthreads();")
     w("    const int hi16 = lane >> 4;")
@@ -1038,7 +1040,11 @@ def _row_groups(w, name: str, head: str, T: str, width: int, dense: bool) -> Non
     w("    unsigned bf[2][2];")
     w("    load(g, sf, ef, ns, count, wj, wr, ws, bf);")
     w("    while (it < hi) {")
-    w(f"        const int nit = it + {warps};")
+    w("        // the warp's next item: claimed from the block's counter (items differ in size: a group of rows sharing")
+    w("        // columns holds up to 8 entries per slot)")
+    w("        int nit = 0;")
+    w("        if (lane == 0) nit = atomicAdd(next_item, 1);")
+    w("        nit = __shfl_sync(0xffffffffu, nit, 0);")
     w("        int ng = 0, nsf = 0, nef = 0, nns = 0, ncount = 0;")
     w("        if (nit < hi) { ng = items[4 * nit]; nsf = items[4 * nit + 1]; nef = items[4 * nit + 2]; "
       "nns = items[4 * nit + 3] & 255; ncount = items[4 * nit + 3] >> 8; }")
