@@ -83,7 +83,7 @@ from passes import smem_sddmm
 from passes.smem_sddmm import TRANSPOSE_TILE
 from passes.sparse_dispatch import MMA_SHAPE
 from passes.targets import DEFAULT_SM, SMEM_LIMITS
-from tkc.sparse import GROUP_BATCH, GROUP_PANEL_BYTES, GROUP_PRELOAD, GROUP_ROWS, GROUP_SLOTS
+from tkc.sparse import GROUP_BATCH, GROUP_ENTRIES, GROUP_PANEL_BYTES, GROUP_ROWS
 
 ARCH = "sm_90a"
 DOT_ENTRIES = 4  # entries a group of lanes computes at once (their loads overlap)
@@ -114,11 +114,10 @@ PANEL_SMEM_MAX = 48 * 1024  # static shared memory: K up to 1528 for f16
 # 1024 for f16, 512 for f32)
 PANEL_LANE_VECTORS_MAX = 4
 # `<kernel>_groups` (K = 32, f16 or bf16): every entry by row groups on mma.sync against a panel of Bt held in
-# shared memory, one block of GROUP_THREADS per SM (tkc.sparse.RowGroups). At 10000^2 with 5M entries, its first
-# form (one entry per slot): 36.2 us uniform and 38.7 R-MAT against the tile walk's 52.2 and the one-tile
-# kernel's 45.0 (H200, graph replays, benchmarks/probes/sddmm_row_groups.py `1024-128`, docs/PERFORMANCE.md "K = 32
-# by row groups"). A slot is now a column shared by the group's rows (all 8 products staged). The runtime takes it
-# by tkc/runtime.py `_groups_for`.
+# shared memory, one block of GROUP_THREADS per SM (tkc.sparse.RowGroups). At 10000^2 with 5M entries: 36.2 us
+# uniform and 38.7 R-MAT against the tile walk's 52.2 and the one-tile kernel's 45.0 (H200, graph replays,
+# benchmarks/probes/sddmm_row_groups.py `1024-128`, docs/PERFORMANCE.md "K = 32 by row groups"). The runtime takes
+# it by tkc/runtime.py `_groups_for`.
 GROUP_K = 32
 GROUP_THREADS = 1024
 
@@ -205,7 +204,7 @@ def emit(module: Module) -> str:
               and -(-K // (g * vec)) <= PANEL_LANE_VECTORS_MAX and (M - 1) * panel_w < 2**31 else None)
     # every entry by row groups on mma.sync (tkc.sparse.RowGroups): K = 32, 16-bit operands, int32 indices of P
     group_w = GROUP_PANEL_BYTES // (2 * K) if K == GROUP_K else 0
-    group_smem = GROUP_PANEL_BYTES + (GROUP_THREADS // 32) * GROUP_SLOTS * GROUP_ROWS * 4 + 16  # (+ the item counter)
+    group_smem = GROUP_PANEL_BYTES + (GROUP_THREADS // 32) * GROUP_ENTRIES * 4
     groups = (f"{kname}_groups" if K == GROUP_K and dt in ("f16", "bf16") and (not dense or M * N < 2**31)
               and nnz < 2**31 else None)
     # `kernel`/`grid` name what one launch runs when there is one kernel (the CPU emulation runs it)
@@ -977,16 +976,15 @@ def _panel_rows(w, pad: str, T: str, note: str) -> None:
 def _row_groups(w, name: str, head: str, T: str, width: int, dense: bool) -> None:
     """`name`: every entry by row groups on mma.sync (tkc.sparse.RowGroups, K = 32). A block holds
     a panel of `width` rows of Bt in shared memory; a warp takes work items: the group's 8 rows of
-    A are the B operand of m16n8k16 (held in registers for the item), 16 slots at a time the A
-    operand (their rows of Bt gathered by ldmatrix, one row address per lane); slot m's products
-    are D[m][0..7], one per row of the group. Every product goes to the warp's stage in shared
-    memory (8 per slot), and the item's entries leave from it in P's order. The hand-written
-    original (one entry per slot): benchmarks/probes/sddmm_row_groups.py."""
-    S, B, R, warps, PL = GROUP_SLOTS, GROUP_BATCH, GROUP_ROWS, GROUP_THREADS // 32, GROUP_PRELOAD
+    A are the B operand of m16n8k16 (held in registers for the item), 16 entries at a time the A
+    operand (their rows of Bt gathered by ldmatrix, one row address per lane); entry m's product
+    is D[m][n], n its row in the group. Results go to a per-warp stage in shared memory by slot
+    and leave in P's order. The hand-written original: benchmarks/probes/sddmm_row_groups.py."""
+    E, B, R, warps = GROUP_ENTRIES, GROUP_BATCH, GROUP_ROWS, GROUP_THREADS // 32
     w(f"// every entry by row groups on mma.sync (K = 32): a block per span of tkc.sparse.RowGroups' work items, its "
       f"panel of {width} rows of Bt in shared memory")
     w(f"// ({width * 64} bytes: chunk q of row j at (j / 2) * 128 + ((q ^ class(j)) << 4)), then {warps} warps' stages "
-      f"of {S} slots x {R} products. Plan data in dot_order's place, n_tc = its work items, n_dot = its slots.")
+      f"of {E} results. Plan data in dot_order's place, n_tc = its work items, n_dot = its slots.")
     w(f"__device__ __forceinline__ int tk_group_base(const int j) {{  // tkc.sparse.slot_base: (j / 2) * 128 + class(j) * 16")
     w("    const int m = j >> 1;")
     w("    return m * 128 + (((((j & 1) << 2) | (m & 3)) ^ (((m >> 2) ^ (m >> 5) ^ (m >> 8)) & 7)) << 4);")
@@ -994,29 +992,26 @@ def _row_groups(w, name: str, head: str, T: str, width: int, dense: bool) -> Non
     w(f"extern \"C\" __global__ void __launch_bounds__({GROUP_THREADS}, 1) {name}{head} {{")
     w("    extern __shared__ __align__(128) unsigned char smem[];")
     w("    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;")
-    w("    const int n_entries = dot_order[0];")
-    w("    const int* blocks = dot_order + 1;  // [gridDim.x][3]: (panel, first item, end item)")
-    w("    const int* items = blocks + 3 * gridDim.x;  // [n_tc][4]: (group, first slot, first entry, slots | entries << 8)")
-    w("    const int* jn = items + 4 * n_tc;  // [n_dot + 32]: a slot's row of Bt, as its byte offset in the panel")
-    w("    const int* pr = jn + n_dot + 32;  // [entries + 32]: an item's entries in P's order: the index into P")
-    w("    const unsigned short* si = reinterpret_cast<const unsigned short*>(pr + n_entries + 32);  // the product: 8 slot + row")
+    w("    const int* blocks = dot_order;  // [gridDim.x][3]: (panel, first item, end item)")
+    w("    const int* items = blocks + 3 * gridDim.x;  // [n_tc][3]: (group, first slot, count)")
+    w("    const int* jn = items + 3 * n_tc;  // [n_dot + 32]: a slot's row of Bt, as its byte offset in the panel")
+    w("    const int* pr = jn + n_dot + 32;  // [n_dot + 32]: by rank in the item, the entry's index in P")
+    w("    const unsigned* owner = reinterpret_cast<const unsigned*>(pr + n_dot + 32);  // [n_tc][32]: 8 nibbles per lane")
+    w("    const unsigned char* si = reinterpret_cast<const unsigned char*>(owner + 32 * n_tc);  // by rank: the slot")
     w("    const int panel = blocks[3 * blockIdx.x], lo = blocks[3 * blockIdx.x + 1], hi = blocks[3 * blockIdx.x + 2];")
     w(f"    const int c0 = panel * {width}, ncols = min({width}, N - c0);")
-    w(f"    float* stage = reinterpret_cast<float*>(smem + {width * 64}) + warp * {S * R};")
+    w(f"    float* stage = reinterpret_cast<float*>(smem + {width * 64}) + warp * {E};")
     w("    tk_pdl_wait();  // (launched programmatically only inside tkc.programmatic_launch)")
     w(f"    for (int v = tid; v < ncols * 4; v += {GROUP_THREADS})  // the panel: rows c0 + j of Bt, 4 chunks of 16 bytes")
     w("        tk_cp_async<16>(smem + (tk_group_base(v >> 2) ^ ((v & 3) << 4)), Bt + (size_t)(c0 + (v >> 2)) * K + (v & 3) * 8);")
     w("    tk_cp_async_commit();")
-    w(f"    int* next_item = reinterpret_cast<int*>(smem + {width * 64 + warps * S * R * 4});  // the block's next unclaimed item")
-    w(f"    if (tid == 0) *next_item = lo + {warps};")
     w("    tk_cp_async_wait<0>();")
     w("    __syncthreads();")
     w("    const int hi16 = lane >> 4;")
-    w("    // a work item's words (jn by batch for this lane's row of the ldmatrix; pr and si of its first "
-      f"{PL} entries) and")
+    w("    // a work item's words (jn by batch for this lane's row of the ldmatrix, pr and si by rank, the owner word) and")
     w("    // the group's rows of A (lane: row lane / 4, k = 2 (lane % 4) + {0, 1}, + 8, + 16, + 24), loaded an item ahead")
-    w(f"    auto load = [&](int g_, int sf_, int ef_, int ns_, int count_, int (&wj_)[{S // B}], int (&wr_)[{PL // 32}],")
-    w(f"                    int (&ws_)[{PL // 32}], unsigned (&bf_)[2][2]) {{")
+    w(f"    auto load = [&](int it_, int g_, int first_, int count_, int (&wj_)[{E // B}], int (&wr_)[{E // 32}],")
+    w(f"                    int (&ws_)[{E // 32}], unsigned& own_, unsigned (&bf_)[2][2]) {{")
     w(f"        const int arow = {R} * g_ + (lane >> 2);")
     w("        const bool ok = arow < M && count_ > 0;")
     w("        #pragma unroll")
@@ -1025,61 +1020,52 @@ def _row_groups(w, name: str, head: str, T: str, width: int, dense: bool) -> Non
     w("            bf_[s][1] = ok ? *reinterpret_cast<const unsigned*>(A + (size_t)arow * K + 16 * s + 8 + 2 * (lane & 3)) : 0u;")
     w("        }")
     w("        #pragma unroll")
-    w(f"        for (int t = 0; t < {S // B}; ++t) wj_[t] = {B} * t < ns_ ? jn[sf_ + {B} * t + (lane & 15)] : 0;")
+    w(f"        for (int t = 0; t < {E // B}; ++t) wj_[t] = {B} * t < count_ ? jn[first_ + {B} * t + (lane & 15)] : 0;")
     w("        #pragma unroll")
-    w(f"        for (int u = 0; u < {PL // 32}; ++u) {{")
-    w("            const bool in = 32 * u < count_;  // (lanes past the count read the next item's, or the pad: unused)")
-    w("            wr_[u] = in ? pr[ef_ + 32 * u + lane] : 0;")
-    w("            ws_[u] = in ? si[ef_ + 32 * u + lane] : 0;")
+    w(f"        for (int u = 0; u < {E // 32}; ++u) {{")
+    w("            const bool in = 32 * u < count_;  // (slots past the count but within 128 are read and unused)")
+    w("            wr_[u] = in ? pr[first_ + 32 * u + lane] : 0;")
+    w("            ws_[u] = in ? si[first_ + 32 * u + lane] : 0;")
     w("        }")
+    w("        own_ = count_ > 0 ? owner[32 * it_ + lane] : 0u;")
     w("    };")
-    w("    int it = lo + warp, g = 0, sf = 0, ef = 0, ns = 0, count = 0;")
-    w("    if (it < hi) { g = items[4 * it]; sf = items[4 * it + 1]; ef = items[4 * it + 2]; "
-      "ns = items[4 * it + 3] & 255; count = items[4 * it + 3] >> 8; }")
-    w(f"    int wj[{S // B}], wr[{PL // 32}], ws[{PL // 32}];")
-    w("    unsigned bf[2][2];")
-    w("    load(g, sf, ef, ns, count, wj, wr, ws, bf);")
+    w("    int it = lo + warp, g = 0, first = 0, count = 0;")
+    w("    if (it < hi) { g = items[3 * it]; first = items[3 * it + 1]; count = items[3 * it + 2]; }")
+    w(f"    int wj[{E // B}], wr[{E // 32}], ws[{E // 32}];")
+    w("    unsigned own, bf[2][2];")
+    w("    load(it, g, first, count, wj, wr, ws, own, bf);")
     w("    while (it < hi) {")
-    w("        // the warp's next item: claimed from the block's counter (items differ in size: a group of rows sharing")
-    w("        // columns holds up to 8 entries per slot)")
-    w("        int nit = 0;")
-    w("        if (lane == 0) nit = atomicAdd(next_item, 1);")
-    w("        nit = __shfl_sync(0xffffffffu, nit, 0);")
-    w("        int ng = 0, nsf = 0, nef = 0, nns = 0, ncount = 0;")
-    w("        if (nit < hi) { ng = items[4 * nit]; nsf = items[4 * nit + 1]; nef = items[4 * nit + 2]; "
-      "nns = items[4 * nit + 3] & 255; ncount = items[4 * nit + 3] >> 8; }")
-    w(f"        int nwj[{S // B}], nwr[{PL // 32}], nws[{PL // 32}];")
-    w("        unsigned nbf[2][2];")
-    w("        load(ng, nsf, nef, nns, ncount, nwj, nwr, nws, nbf);")
+    w("        const int nit = it + " + str(warps) + ";")
+    w("        int ng = 0, nfirst = 0, ncount = 0;")
+    w("        if (nit < hi) { ng = items[3 * nit]; nfirst = items[3 * nit + 1]; ncount = items[3 * nit + 2]; }")
+    w(f"        int nwj[{E // B}], nwr[{E // 32}], nws[{E // 32}];")
+    w("        unsigned nown, nbf[2][2];")
+    w("        load(nit, ng, nfirst, ncount, nwj, nwr, nws, nown, nbf);")
     w("        #pragma unroll")
-    w(f"        for (int t = 0; t < {S // B}; ++t) {{")
-    w(f"            if ({B} * t < ns) {{  // (uniform in the warp: ldmatrix and mma need all 32 lanes)")
-    w("                const int base = wj[t] ^ (hi16 << 4);  // this lane's row: slot lane % 16, chunk 2 s + lane / 16")
+    w(f"        for (int t = 0; t < {E // B}; ++t) {{")
+    w(f"            if ({B} * t < count) {{  // (uniform in the warp: ldmatrix and mma need all 32 lanes)")
+    w("                const int base = wj[t] ^ (hi16 << 4);  // this lane's row: entry lane % 16, chunk 2 s + lane / 16")
     w("                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};")
     w("                unsigned a[4];")
     w("                tk_ldmatrix_x4(a, smem + base);")
     w(f"                tk_mma_16816<{T}>(d, a, bf[0][0], bf[0][1]);")
     w("                tk_ldmatrix_x4(a, smem + (base ^ 32));")
     w(f"                tk_mma_16816<{T}>(d, a, bf[1][0], bf[1][1]);")
-    w(f"                // D[m][n] (slot {B} t + m, row n of the group) to stage[8 ({B} t + m) + n]: lane 4 m' + h holds")
-    w("                // m = m' and m' + 8, n = 2 h and 2 h + 1 (32 consecutive float2 per store: conflict-free)")
-    w(f"                float2* st = reinterpret_cast<float2*>(stage) + 4 * ({B} * t + (lane >> 2)) + (lane & 3);")
-    w("                st[0] = make_float2(d[0], d[1]);")
-    w("                st[32] = make_float2(d[2], d[3]);")
+    w("                // entry lane / 4 (+ 8) of the batch is D[m][n]: this lane's when its owner nibble says so")
+    w(f"                if (own & (1u << (4 * t))) stage[{B} * t + (lane >> 2)] = (own & (2u << (4 * t))) ? d[1] : d[0];")
+    w(f"                if (own & (4u << (4 * t))) stage[{B} * t + (lane >> 2) + 8] = (own & (8u << (4 * t))) ? d[3] : d[2];")
     w("            }")
     w("        }")
     w("        __syncwarp();")
     w("        #pragma unroll")
-    w(f"        for (int u = 0; u < {PL // 32}; ++u)  // in P's order: a row's entries leave to consecutive indices of P")
+    w(f"        for (int u = 0; u < {E // 32}; ++u)  // by rank: a row's entries leave to consecutive indices of P")
     w("            if (32 * u + lane < count) P[wr[u]] = tk_o(stage[ws[u]]);")
-    w(f"        for (int r = {PL} + lane; r < count; r += 32)  // (an item of more entries: the rest, loaded here)")
-    w("            P[pr[ef + r]] = tk_o(stage[si[ef + r]]);")
     w("        __syncwarp();")
-    w("        it = nit, g = ng, sf = nsf, ef = nef, ns = nns, count = ncount;")
+    w("        it = nit, g = ng, first = nfirst, count = ncount, own = nown;")
     w("        #pragma unroll")
-    w(f"        for (int t = 0; t < {S // B}; ++t) wj[t] = nwj[t];")
+    w(f"        for (int t = 0; t < {E // B}; ++t) wj[t] = nwj[t];")
     w("        #pragma unroll")
-    w(f"        for (int u = 0; u < {PL // 32}; ++u) wr[u] = nwr[u], ws[u] = nws[u];")
+    w(f"        for (int u = 0; u < {E // 32}; ++u) wr[u] = nwr[u], ws[u] = nws[u];")
     w("        bf[0][0] = nbf[0][0], bf[0][1] = nbf[0][1], bf[1][0] = nbf[1][0], bf[1][1] = nbf[1][1];")
     w("    }")
     w("}")

@@ -1,9 +1,9 @@
 """tkc.sparse.row_groups (the launch data of codegen/cuda_sddmm.py `<kernel>_groups`, K = 32):
 decoded back as the kernel reads it, every entry of the pattern is computed exactly once, at its
-row and column, and written to its own index of P; each slot is a distinct column of its item and
-holds at least one entry; the blocks cover every item of their panel once; the slot order keeps 8
-consecutive slots of distinct bank classes where the counts allow. The kernel itself runs on the
-CPU emulation in tests/test_sddmm_cuda_emulated.py and on the GPU in tests/gpu/test_gpu_sddmm.py."""
+row and column, and written to its own index of P; the owner nibbles name the accumulator that
+holds it; the blocks cover every item of their panel once; the slot order keeps 8 consecutive
+slots of distinct bank classes where the counts allow. The kernel itself runs on the CPU
+emulation in tests/test_sddmm_cuda_emulated.py and on the GPU in tests/gpu/test_gpu_sddmm.py."""
 
 from __future__ import annotations
 
@@ -22,13 +22,12 @@ def decode(g: sp.RowGroups, M: int, N: int):
     reads it (codegen/cuda_sddmm.py `<kernel>_groups`), and per item its slots' bank classes."""
     d = g.data.cpu().numpy().astype(np.int64)
     nb, ni, slots, width = g.n_blocks, g.n_items, g.slots, g.width
-    nnz = int(d[0])
-    blocks = d[1:1 + 3 * nb].reshape(nb, 3)
-    items = d[1 + 3 * nb:1 + 3 * nb + 4 * ni].reshape(ni, 4)
-    at = 1 + 3 * nb + 4 * ni
-    jn, pr = d[at:at + slots + 32], d[at + slots + 32:at + slots + nnz + 64]
-    si = (d[at + slots + nnz + 64:] & 0xFFFFFFFF).astype("<u4").view("<u2").astype(np.int64)
-    assert si.size >= nnz + 32
+    blocks = d[:3 * nb].reshape(nb, 3)
+    items = d[3 * nb:3 * nb + 3 * ni].reshape(ni, 3)
+    at = 3 * nb + 3 * ni
+    jn, pr = d[at:at + slots + 32], d[at + slots + 32:at + 2 * (slots + 32)]
+    owner = d[at + 2 * (slots + 32):at + 2 * (slots + 32) + 32 * ni].reshape(ni, 32) & 0xFFFFFFFF
+    si = (d[at + 2 * (slots + 32) + 32 * ni:] & 0xFFFFFFFF).astype("<u4").view(np.uint8)
     base = sp.slot_base(torch.arange(width)).numpy()
     row_of_base = np.full(base.max() + 1, -1)
     row_of_base[base] = np.arange(width)
@@ -39,27 +38,32 @@ def decode(g: sp.RowGroups, M: int, N: int):
         panel_of[lo:hi] = panel
     assert (panel_of >= 0).all(), "an item in no block"
     assert (np.diff(panel_of) >= 0).all(), "items not in panel order"
-    group, sfirst, efirst, packed = items.T
-    ns, count = packed & 255, packed >> 8
-    assert (ns > 0).all() and (ns <= sp.GROUP_SLOTS).all() and (sfirst % sp.GROUP_BATCH == 0).all()
-    assert (count >= ns).all() and (count <= sp.GROUP_ROWS * ns).all()
-    assert np.array_equal(efirst, np.cumsum(count) - count) and count.sum() == nnz
+    group, first, count = items.T
+    assert (count > 0).all() and (count <= sp.GROUP_ENTRIES).all() and (first % sp.GROUP_BATCH == 0).all()
+    # the owner nibbles: which lane and accumulator hold slot 16 t + m, and so its row n in the group
+    n_of = np.full((ni, sp.GROUP_ENTRIES), -1)
+    lane = np.arange(32)
+    for t in range(sp.GROUP_ENTRIES // sp.GROUP_BATCH):
+        nib = (owner >> (4 * t)) & 15
+        for half in (0, 1):
+            held = (nib >> (2 * half)) & 1 == 1
+            slot = 16 * t + lane // 4 + 8 * half
+            n = 2 * (lane % 4) + ((nib >> (2 * half + 1)) & 1)
+            it, ln = np.nonzero(held)
+            assert (n_of[it, slot[ln]] == -1).all(), "an accumulator owned twice"
+            n_of[it, slot[ln]] = n[it, ln]
+    inside = np.arange(sp.GROUP_ENTRIES)[None, :] < count[:, None]
+    assert ((n_of >= 0) == inside).all(), "a slot with no owner, or a pad with one"
     rows, cols, idx, classes = [], [], [], []
     for i in range(ni):
-        prod = si[efirst[i]:efirst[i] + count[i]]
-        slot, n = prod >> 3, prod & 7
-        assert (slot < ns[i]).all(), "an entry's product past the item's slots"
-        assert np.unique(prod).size == prod.size, "two entries at one product"
-        assert np.array_equal(np.unique(slot), np.arange(ns[i])), "a slot holding no entry"
-        j_slots = row_of_base[jn[sfirst[i]:sfirst[i] + ns[i]]]
-        assert (j_slots >= 0).all(), "a slot offset of no panel row"
-        assert np.unique(j_slots).size == ns[i], "a column in two slots of an item"
-        p_i = pr[efirst[i]:efirst[i] + count[i]]
-        assert (np.diff(p_i) > 0).all(), "an item's entries not in P's order"
-        rows.append(sp.GROUP_ROWS * group[i] + n)
-        cols.append(panel_of[i] * width + j_slots[slot])
-        idx.append(p_i)
-        classes.append(sp.group_class(torch.tensor(j_slots)).numpy())
+        ranks = si[first[i]:first[i] + count[i]].astype(np.int64)
+        assert np.array_equal(np.sort(ranks), np.arange(count[i])), "si is not a permutation of the item's slots"
+        j = row_of_base[jn[first[i] + ranks]]
+        assert (j >= 0).all(), "a slot offset of no panel row"
+        rows.append(sp.GROUP_ROWS * group[i] + n_of[i, ranks])
+        cols.append(panel_of[i] * width + j)
+        idx.append(pr[first[i]:first[i] + count[i]])
+        classes.append(sp.group_class(torch.tensor(row_of_base[jn[first[i]:first[i] + count[i]]])).numpy())
     cat = (lambda x: np.concatenate(x) if x else np.zeros(0, dtype=np.int64))
     return cat(rows), cat(cols), cat(idx), classes
 
@@ -101,7 +105,7 @@ def test_row_groups_shuffled_coo_and_empty_rows():
     p = sp.SparsePattern(150, 5000, "coo", torch.tensor(keys[perm] // 5000, dtype=torch.int32),
                          torch.tensor(keys[perm] % 5000, dtype=torch.int32))
     g = check(p, 4, False)
-    assert g.n_items > 8  # row 5's 900 entries over two panels: items of 64 slots
+    assert g.n_items > 8  # row 5's 900 entries over two panels: items of 128
 
 
 def test_row_groups_slots_by_rank_within_their_bank_class():
@@ -124,15 +128,15 @@ def test_row_groups_slots_by_rank_within_their_bank_class():
 
 
 def test_row_groups_blocks_follow_the_entries():
-    """Blocks go to the panels by their slots and entries: a panel with 3x of both gets about 3x
-    the blocks, and no block is empty."""
+    """Blocks go to the panels by their entries: a panel with 3x the entries gets about 3x the
+    blocks, and no block is empty."""
     M, N = 256, 5120  # two panels
     rows = torch.arange(M).repeat_interleave(40)
     cols = torch.stack([torch.cat([torch.randperm(2560)[:30], 2560 + torch.randperm(2560)[:10]]) for _ in range(M)]).reshape(-1)
     keys = torch.unique(rows * N + cols)
     p = sp.SparsePattern(M, N, "csr", (keys // N).int(), (keys % N).int())
     g = sp.row_groups(p, 32, 8)
-    d = g.data[1:1 + 3 * g.n_blocks].reshape(-1, 3)
+    d = g.data[:3 * g.n_blocks].reshape(-1, 3)
     per_panel = torch.bincount(d[:, 0].long(), minlength=2)
     assert per_panel.tolist() == [6, 2], per_panel
     assert (d[:, 2] > d[:, 1]).all()
@@ -143,20 +147,3 @@ def test_row_groups_refuses(K, blocks, dense, M, N):
     p = sp.uniform(M, N, 10, seed=0)
     with pytest.raises(ValueError):
         sp.row_groups(p, K, blocks, dense)
-
-
-def test_row_groups_share_a_column_among_the_rows_of_a_group():
-    """A column held by several rows of a group is one slot: the 8 rows of group 0 holding the
-    same 100 columns make 100 slots of 8 entries each (items of 64 and 36 slots), and group 1's
-    single row one slot per entry."""
-    cols0 = torch.randperm(2560, generator=torch.Generator().manual_seed(1))[:100].sort().values  # one panel
-    rows = torch.cat([torch.arange(8).repeat_interleave(100), torch.full((50,), 12)])
-    cols = torch.cat([cols0.repeat(8), torch.arange(50) * 7])
-    keys = rows * 3000 + cols
-    order = torch.argsort(keys)
-    p = sp.SparsePattern(16, 3000, "csr", rows[order].int(), cols[order].int())
-    g = check(p, 2, False)
-    items = g.data[1 + 3 * g.n_blocks:1 + 3 * g.n_blocks + 4 * g.n_items].reshape(-1, 4)
-    assert sorted(((items[:, 3] & 255).tolist(), (items[:, 3] >> 8).tolist())[0]) == [36, 50, 64]
-    by_slots = dict(zip((items[:, 3] & 255).tolist(), (items[:, 3] >> 8).tolist()))
-    assert by_slots == {64: 512, 36: 288, 50: 50}

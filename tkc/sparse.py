@@ -427,40 +427,35 @@ def _dot_panels(r: torch.Tensor, c: torch.Tensor, e: torch.Tensor, counts: torch
 
 
 GROUP_ROWS = 8  # rows of A per group: the N of mma.sync's m16n8k16
-GROUP_BATCH = 16  # slots per mma (its M)
-GROUP_SLOTS = 64  # slots per work item at most: 4 batches, whose products fill the warp's stage (8 per slot)
-GROUP_PRELOAD = 128  # entries per item whose P indices a warp loads an item ahead (4 rounds of 32 lanes)
+GROUP_BATCH = 16  # entries per mma (its M)
+GROUP_ENTRIES = 128  # entries per work item at most: 8 batches, one owner nibble each in a 32-bit word per lane
 GROUP_PANEL_BYTES = 160 * 1024  # a block's panel of Bt in shared memory
 
 
 @dataclass(frozen=True, eq=False)
 class RowGroups:
     """A pattern's entries for `<kernel>_groups` (codegen/cuda_sddmm.py, K = 32): each block holds
-    a panel of `width` consecutive rows of Bt in shared memory. A slot is a column of the panel
-    holding entries in a group of GROUP_ROWS consecutive rows: its row of Bt against the group's 8
-    rows of A gives 8 products, one per row, of which the entries are those the pattern holds (so
-    a column shared by several rows of the group is gathered once). A warp takes work items of at
-    most GROUP_SLOTS slots of one group within one panel, 16 at a time as mma.sync's A operand
-    (their rows of Bt gathered by ldmatrix) against the group's rows of A as its B operand; the
-    products go to the warp's stage in shared memory, and the item's entries leave in P's order.
-    Source: benchmarks/probes/sddmm_row_groups.py (H200, 2026-11-29, one entry per slot: 36.2 us
-    against the tile walk's 52.2 at 10000^2 with 5M uniform entries; docs/PERFORMANCE.md "K = 32
-    by row groups"). At 10000^2 with 5M entries a slot holds 1.19 entries uniform, 2.2 R-MAT.
+    a panel of `width` consecutive rows of Bt in shared memory; a warp takes work items of at most
+    GROUP_ENTRIES entries of one group of GROUP_ROWS consecutive rows within one panel, 16 at a
+    time as mma.sync's A operand (their rows of Bt gathered by ldmatrix) against the group's rows
+    of A as its B operand. Source: benchmarks/probes/sddmm_row_groups.py (H200, 2026-11-29:
+    36.2 us against the tile walk's 52.2 at 10000^2 with 5M uniform entries; docs/PERFORMANCE.md
+    "K = 32 by row groups").
 
     - data: int32, passed in dot_order's place:
-      - entries [1]: the pattern's entries (the kernel finds si by it);
       - blocks [n_blocks, 3]: (panel, first item, end item), the items of a panel split among
-        its blocks by their slots and entries;
-      - items [n_items, 4]: (group, first slot, first entry, slots | entries << 8), in panel
-        order; an item's slots are a range of the group's columns in the panel;
-      - jn [slots + 32]: per slot, the byte offset of its row of Bt in the panel (`slot_base`);
-        an item's slots are padded to a multiple of 16 (offset 0); within an item the slots are
-        ordered so that 8 consecutive ones have distinct bank classes where the counts allow
-        (conflict-free ldmatrix);
-      - pr [entries + 32]: the item's entries from its first, in the order of their P indices:
-        the index into P (S's order, or row * N + column for a dense P);
-      - si [entries + 32] as 16-bit halves (little-endian, 2 per int32 word), in that order:
-        the entry's product in the stage, 8 * (its slot within the item) + its row in the group.
+        its blocks by entries;
+      - items [n_items, 3]: (group, first slot, count), in panel order;
+      - jn [slots + 32]: per slot, the byte offset of the entry's row of Bt in the panel
+        (`slot_base`); an item's slots are padded to a multiple of 16 (offset 0); within an
+        item the slots are ordered so that 8 consecutive ones have distinct bank classes where
+        the counts allow (conflict-free ldmatrix);
+      - pr [slots + 32]: by the entry's rank r in its item (the order of P's indices), pr[first
+        + r] is its index into P (S's order, or row * N + column for a dense P);
+      - owner [n_items * 32]: per item and lane, 8 nibbles (one per batch t): bit 0 the lane
+        holds entry lane / 4 of the batch (in accumulator d1 if bit 1, else d0), bit 2 entry
+        lane / 4 + 8 (d3 if bit 3, else d2);
+      - si: bytes (4 per int32 word, little-endian), by rank, the entry's slot within its item.
     - n_blocks: the kernel's grid: the `blocks` asked for (one per SM) at most, or one per panel
       holding entries where there are more such panels.
     - n_items, slots: passed as n_tc and n_dot (the kernel finds the arrays by them).
@@ -529,68 +524,63 @@ def row_groups(p: SparsePattern, K: int, blocks: int, dense: bool = False) -> Ro
 
 
 def _row_groups(p: SparsePattern, K: int, n_blocks: int, dense: bool) -> RowGroups:
-    S, R, B = GROUP_SLOTS, GROUP_ROWS, GROUP_BATCH
+    W, R = GROUP_ENTRIES, GROUP_ROWS
     width = GROUP_PANEL_BYTES // (2 * K)
     dev = p.rows.device
     rows, cols = p.rows.long(), p.cols.long()
     nnz = rows.numel()
     e = rows * p.N + cols if dense else torch.arange(nnz, device=dev)
-    jl = cols % width
+    panel, jl = cols // width, cols % width
     n_groups = max(-(-p.M // R), 1)
-    cell = (cols // width) * n_groups + rows // R  # (panel, group)
+    seg = panel * n_groups + rows // R
     n = rows % R
-    # slots: the distinct (cell, column) pairs, in (cell, column) order
-    key = cell * width + jl
-    skeys, slot_of = torch.unique(key, return_inverse=True)
-    n_slots = skeys.numel()
-    scell, sj = skeys // width, skeys % width
-    # items: each cell's slots in column order, GROUP_SLOTS at a time
-    cells, per_cell = torch.unique_consecutive(scell, return_counts=True)
-    cell_first = torch.repeat_interleave(per_cell.cumsum(0) - per_cell, per_cell)
-    rank = torch.arange(n_slots, device=dev) - cell_first  # the slot's rank in its cell
-    chunks = -(-per_cell // S)
-    item_cell = torch.repeat_interleave(cells, chunks)
-    n_items = item_cell.numel()
-    item_of_slot = torch.repeat_interleave(chunks.cumsum(0) - chunks, per_cell) + rank // S
-    item_slots = torch.bincount(item_of_slot, minlength=n_items)
-    item_of = item_of_slot[slot_of]  # per entry
-    item_count = torch.bincount(item_of, minlength=n_items)
-    # the slots' order within an item: by rank within the bank class, then the class
-    cls = group_class(sj)
-    within = rank % S
-    o1 = torch.sort((item_of_slot * 8 + cls) * S + within).indices
-    bucket = (item_of_slot * 8 + cls)[o1]
+    # P's order within each (panel, group): by row, then column
+    o = torch.sort((seg * R + n) * width + jl, stable=True).indices
+    segs, counts = torch.unique_consecutive(seg[o], return_counts=True)
+    chunks = -(-counts // W)
+    item_seg = torch.repeat_interleave(segs, chunks)
+    n_items = item_seg.numel()
+    within = torch.arange(n_items, device=dev) - torch.repeat_interleave(chunks.cumsum(0) - chunks, chunks)
+    item_first = torch.repeat_interleave(counts.cumsum(0) - counts, chunks) + within * W
+    item_count = torch.minimum(torch.repeat_interleave(counts, chunks) - within * W, torch.full_like(within, W))
+    item_of = torch.repeat_interleave(torch.arange(n_items, device=dev), item_count)  # per sorted position
+    r = torch.arange(nnz, device=dev) - torch.repeat_interleave(item_first, item_count)  # rank in the item
+    # slots: by rank within the bank class, then the class
+    cls = group_class(jl[o])
+    o1 = torch.sort((item_of * 8 + cls) * W + r, stable=True).indices
+    bucket = (item_of * 8 + cls)[o1]
     start = torch.ones_like(bucket, dtype=torch.bool)
     start[1:] = bucket[1:] != bucket[:-1]
-    idx = torch.arange(n_slots, device=dev)
-    crank = torch.empty_like(idx)
-    crank[o1] = idx - torch.cummax(torch.where(start, idx, 0), 0).values
-    k = torch.sort((item_of_slot * S + crank) * 8 + cls).indices  # slots in their order in the items
-    item_slot_first = torch.repeat_interleave(item_slots.cumsum(0) - item_slots, item_slots)
-    sp_ = torch.empty_like(idx)
-    sp_[k] = idx - item_slot_first  # each slot's position in its item
-    padded = -(-item_slots // B) * B
+    idx = torch.arange(nnz, device=dev)
+    rank = torch.empty_like(idx)
+    rank[o1] = idx - torch.cummax(torch.where(start, idx, 0), 0).values
+    k = torch.sort((item_of * W + rank) * 8 + cls, stable=True).indices  # sorted positions, in slot order
+    padded = -(-item_count // GROUP_BATCH) * GROUP_BATCH
     slot_first = padded.cumsum(0) - padded
     slots = int(padded.sum())
-    if slots + 2 * nnz + 4 * n_items + 3 * n_blocks + 100 > _INT32_MAX:
-        raise ValueError(f"{slots} slots and {nnz} entries of row groups do not fit int32")
+    if 4 * slots + 32 * n_items + 3 * n_items + 3 * n_blocks + 64 > _INT32_MAX:
+        raise ValueError(f"{slots} slots of row groups do not fit int32")
+    within_item = torch.arange(nnz, device=dev) - torch.repeat_interleave(item_first, item_count)  # slot in the item
+    src = o[k]
     jn = torch.zeros(slots + 32, dtype=torch.int64, device=dev)
-    jn[slot_first[item_of_slot] + sp_] = slot_base(sj)
-    # the entries: by item, then P's index
-    eo = torch.sort(item_of * (int(e.max()) + 1 if nnz else 1) + e).indices
-    pr = torch.zeros(nnz + 32, dtype=torch.int64, device=dev)
-    pr[:nnz] = e[eo]
-    si = torch.zeros(-(-(nnz + 32) // 2) * 2, dtype=torch.int64, device=dev)
-    si[:nnz] = (sp_[slot_of] * R + n)[eo]
-    si_words = si[0::2] | (si[1::2] << 16)
+    jn[slot_first[item_of[k]] + within_item] = slot_base(jl[src])
+    pr = torch.zeros(slots + 32, dtype=torch.int64, device=dev)
+    pr[slot_first[item_of] + r] = e[o]
+    si = torch.zeros(-(-(slots + 32) // 4) * 4, dtype=torch.int64, device=dev)
+    si[slot_first[item_of[k]] + r[k]] = within_item
+    m, t = within_item % GROUP_BATCH, within_item // GROUP_BATCH
+    lane = 4 * (m % 8) + n[src] // 2
+    bits = (1 | ((n[src] & 1) << 1)) << (4 * t + 2 * (m // 8))
+    owner = torch.zeros(n_items * 32, dtype=torch.int64, device=dev)
+    owner.index_add_(0, item_of[k] * 32 + lane, bits)  # (distinct bits: the sum is their or)
+    owner = torch.where(owner >= 1 << 31, owner - (1 << 32), owner)
+    si_words = (si.view(-1, 4) << torch.tensor([0, 8, 16, 24], device=dev)).sum(1)
     si_words = torch.where(si_words >= 1 << 31, si_words - (1 << 32), si_words)
-    entry_first = item_count.cumsum(0) - item_count
-    items = torch.stack([item_cell % n_groups, slot_first, entry_first, item_slots | (item_count << 8)], 1).reshape(-1)
-    spans = group_spans((item_cell // n_groups).cpu().numpy(), (item_slots + item_count).cpu().numpy(),
-                        max(-(-p.N // width), 1), n_blocks)
+    items = torch.stack([item_seg % n_groups, slot_first, item_count], 1).reshape(-1)
+    spans = group_spans((item_seg // n_groups).cpu().numpy(), item_count.cpu().numpy(), max(-(-p.N // width), 1),
+                        n_blocks)
     block_data = torch.tensor(spans, dtype=torch.int64, device=dev).reshape(-1)
-    head = torch.tensor([nnz], dtype=torch.int64, device=dev)
-    data = torch.cat([head, block_data, items, jn, pr, si_words]).int().contiguous()
+    data = torch.cat([block_data, items, jn, pr, owner, si_words]).int().contiguous()
     return RowGroups(data, len(spans), n_items, slots, width)
 
 

@@ -8,7 +8,6 @@
 // std::barrier waits of the warp's 32 threads (every lane must call it, as on the GPU). Used by
 // tests/test_sgemm_emulated.py and tests/cuda_emu/emulate.py. Not a model of the memory system:
 // races between threads are not detected.
-#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <memory>
@@ -47,21 +46,6 @@ inline T __shfl_xor_sync(unsigned, T v, int mask) {
     w.bar.arrive_and_wait();
     return r;
 }
-struct alignas(8) float2 { float x, y; };  // CUDA's vector type (an 8-byte store of two floats)
-inline float2 make_float2(float x, float y) { return {x, y}; }
-template <typename T>
-inline T __shfl_sync(unsigned, T v, int src) {  // every lane must call it, as on the GPU
-    static_assert(sizeof(T) <= 8, "one word per lane");
-    tk_warp& w = *g_warps[threadIdx.x / 32];
-    const int lane = threadIdx.x % 32;
-    std::memcpy(&w.slot[lane], &v, sizeof(T));
-    w.bar.arrive_and_wait();
-    T r;
-    std::memcpy(&r, &w.slot[src & 31], sizeof(T));
-    w.bar.arrive_and_wait();
-    return r;
-}
-inline int atomicAdd(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline int tk_pack_i8x4(int8_t a, int8_t b, int8_t c, int8_t d) {
     return static_cast<int>(static_cast<uint32_t>(static_cast<uint8_t>(a)) | (static_cast<uint32_t>(static_cast<uint8_t>(b)) << 8) |
