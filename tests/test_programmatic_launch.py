@@ -79,12 +79,14 @@ def _sampled_kernels_wait_before_reading_bt(source: str) -> None:
     wait = panels.index("tk_pdl_wait();")
     assert all(not re.search(r"\b[ABP](\[| \+)", line) for line in panels[:wait]), panels[:wait]
     assert any("B + " in line for line in panels[wait:]) and any("A + " in line for line in panels[wait:])
-    for name, groups in bodies.items():  # every entry by row groups (K = 32): waits before Bt's panel
-        if name.endswith("_groups"):
+    for name, groups in bodies.items():  # every entry by row groups (K = 32): waits before Bt's (or B's) panel
+        if name.endswith(("_groups", "_groups_b")):
             wait = groups.index("tk_pdl_wait();  // (launched programmatically only inside tkc.programmatic_launch)")
-            assert all(not re.search(r"\b(A|Bt|P)(\[| \+)", line) for line in groups[:wait]), groups[:wait]
-            assert any("Bt + " in line for line in groups[wait:]) and any("P[" in line for line in groups[wait:])
-    tiles = [b for n, b in bodies.items() if not n.endswith(("_dots", "_transpose_b", "_panels", "_groups"))]
+            assert all(not re.search(r"\b(A|B|Bt|P)(\[| \+)", line) for line in groups[:wait]), groups[:wait]
+            panel = "B + " if name.endswith("_b") else "Bt + "
+            assert any(panel in line for line in groups[wait:]) and any("P[" in line for line in groups[wait:])
+    tiles = [b for n, b in bodies.items()
+             if not n.endswith(("_dots", "_transpose_b", "_panels", "_groups", "_groups_b"))]
     for tile in tiles:
         wait = tile.index("tk_pdl_wait();")
         assert tile[wait + 1] == "if (n_dot > 0) tk_pdl_trigger();"
@@ -275,21 +277,28 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
     # dot product, with the plan's dot_sequential: dot_order is passed as a null pointer
     assert launch.panel_kernel == "sddmm_panels" and launch.panel_smem == 16 * (K + 8) * 2
     assert (launch.group_kernel == "sddmm_groups") == (K == 32) and launch.group_smem == (180224 if K == 32 else 0)
-    for call in range(6 if K == 32 else 5):
+    assert launch.group_b_kernel == ("sddmm_groups_b" if K == 32 else None)  # (N = 1000: whole 16-byte vectors)
+    for call in range(7 if K == 32 else 5):
         stream[0] = 78 if call == 2 else 77
         seq = call == 3 and n_tc == 0
         # (7 work items of 32 slots: the launches take the slots as n_dot)
         panels = sp.DotPanels(_FakeTensor(1 << 30, (2 * 7 + 2 * 7 * 32,)), 7, 3.0, 7 * 32) if call == 4 else None
         nd = panels.slots if panels and n_dot else n_dot
         # (the sixth at K = 32: every entry by row groups, 11 work items of 176 slots on 3 blocks)
-        groups = sp.RowGroups(_FakeTensor(2 << 30, (100,)), 3, 11, 176, 2560) if call == 5 else None
+        # (the seventh: the same with the panels transposed from B by `<kernel>_groups_b`, refused with fill_bt)
+        groups = sp.RowGroups(_FakeTensor(2 << 30, (100,)), 3, 11, 176, 2560) if call in (5, 6) else None
+        from_b = {"groups_from_b": True} if call == 6 else {}
         tensors = [_FakeTensor(4096 * (i + 1) + (1 << 20) * call * (i in (0, 1, 4, 5)), s) for i, s in enumerate(shapes)]
         launched.clear()
         programmatic_at.clear()
         contexts.clear()
+        if from_b and fill_bt:
+            with pytest.raises(cuda_runtime.BackendError, match="groups_from_b"):
+                launch(*tensors, fill_bt=fill_bt, row_groups=groups, **from_b)
+            continue
         with tkc.programmatic_launch() if context else contextlib.nullcontext():
             launch(*tensors, fill_bt=fill_bt, **({"dot_sequential": True} if seq else {}),
-                   **({"dot_panels": panels} if panels else {}), **({"row_groups": groups} if groups else {}))
+                   **({"dot_panels": panels} if panels else {}), **({"row_groups": groups} if groups else {}), **from_b)
         ptrs = [t.ptr for t in tensors]
         if seq:
             ptrs[10] = 0
@@ -302,7 +311,8 @@ def test_a_sampled_gemm_launches_its_kernels_with_their_parameters(monkeypatch, 
             name, tile, threads = launch.transpose
             want.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), [ptrs[1], ptrs[5]], 0))
         if groups:  # instead of the tiles and the dot products: the plan's work items and slots as n_tc, n_dot
-            want.append(("sddmm_groups", (3, 1, 1), (1024, 1, 1), ptrs + [11, 176], 180224))
+            want.append(("sddmm_groups_b" if from_b else "sddmm_groups", (3, 1, 1), (1024, 1, 1), ptrs + [11, 176],
+                         180224))
         elif n_tc:
             if K == 32 and nd <= 16 * n_tc:
                 assert launch.walk_kernel == launch.tc_kernel + "_walk" and launch.walk_smem > 0

@@ -871,7 +871,7 @@ def test_cuda_k32_takes_row_groups_where_groups_are_dense_enough():
     kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="cuda")
 
     class Launch:  # what _b_transposed reads of a CudaLaunch
-        group_kernel, group_dense = "sddmm_groups", False
+        group_kernel, group_dense, group_b_kernel = "sddmm_groups", False, None
         panel_kernel, tc_reads_bt = None, True
         asked = []
 
@@ -891,6 +891,17 @@ def test_cuda_k32_takes_row_groups_where_groups_are_dense_enough():
     view = B.t().contiguous().t()  # B as a transposed view: read as it is
     bt, kw = kernel._b_transposed(plan, view, Launch, p)
     assert kw == {"row_groups": groups} and bt.data_ptr() == view.data_ptr()
+    Launch.group_b_kernel = "sddmm_groups_b"  # (N % 8 == 0): the panels transposed from B itself, no Bt filled
+    bt, kw = kernel._b_transposed(plan, B, Launch, p)
+    assert kw == {"row_groups": groups, "groups_from_b": True} and bt.data_ptr() == B.data_ptr()
+    assert kernel._b_transposed(plan, view, Launch, p)[1] == {"row_groups": groups}  # a transposed view: as before
+    saved = runtime.GROUP_PANELS_FROM_B
+    runtime.GROUP_PANELS_FROM_B = False
+    try:
+        assert set(kernel._b_transposed(plan, B, Launch, p)[1]) == {"fill_bt", "row_groups"}
+    finally:
+        runtime.GROUP_PANELS_FROM_B = saved
+    Launch.group_b_kernel = None
     Launch.group_dense = True  # a dense P: the plan indexes it by row * N + column
     assert kernel._b_transposed(plan, B, Launch, p)[1]["row_groups"] is sp.row_groups(p, 32, 7, True)
     Launch.group_dense = False

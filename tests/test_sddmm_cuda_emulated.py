@@ -188,24 +188,27 @@ GROUPS_KERNEL = """kernel sddmm<BM=128, BN=128, threads=256>(A: {dt}[M, K], B: {
 """
 
 
-def _check_groups(tmp_path, M, N, nnz, dense, seed, dt="f16", kind="uniform", blocks=3, pattern=None):
+def _check_groups(tmp_path, M, N, nnz, dense, seed, dt="f16", kind="uniform", blocks=3, pattern=None, from_b=False):
     """`<kernel>_groups` (K = 32, 16-bit A and B) over tkc.sparse.RowGroups, in dot_order's place
     (its work items as n_tc, its slots as n_dot), its blocks run from the last; B passed as NaN
-    (the kernel reads Bt). Against float64 torch on the 16-bit operands' values."""
+    (the kernel reads Bt). With `from_b`, `<kernel>_groups_b` with Bt passed as NaN (it transposes
+    its panels from B). Against float64 torch on the 16-bit operands' values."""
+    name = "sddmm_groups_b" if from_b else "sddmm_groups"
     text = GROUPS_KERNEL.format(dt=dt, fmt="coo" if dense else "csr", out="M, N" if dense else "NNZ", M=M, N=N, nnz=nnz)
-    if (text, "groups") not in _BUILT:
+    if (text, name) not in _BUILT:
         path = tmp_path / "sddmm_groups.tk"
         path.write_text(text)
         module = driver.optimize(driver.frontend(str(path)), "cuda")
         source = cuda.emit(module)
         sddmm = cuda.launch_config(source)["sddmm"]
         assert sddmm["group_kernel"] == "sddmm_groups" and sddmm["group_threads"] == 1024
+        assert sddmm["group_b_kernel"] == ("sddmm_groups_b" if N % 8 == 0 else None)
         work = tmp_path / f"emu{len(_BUILT)}"
         work.mkdir()
         dtypes = [dt, dt, "i32", "i32", "f32", dt, "i32", "i32", "i32", "i32", "i32", "u16", "i32"]
-        exe = emulate.build(source, dtypes, 2, str(work), kernel=("sddmm_groups", 1024), reverse=True)
-        _BUILT[(text, "groups")] = (exe, str(work), module)
-    exe, work, module = _BUILT[(text, "groups")]
+        exe = emulate.build(source, dtypes, 2, str(work), kernel=(name, 1024), reverse=True)
+        _BUILT[(text, name)] = (exe, str(work), module)
+    exe, work, module = _BUILT[(text, name)]
     p = pattern or (sp.rmat if kind == "rmat" else sp.uniform)(M, N, nnz, seed=seed)
     A, B = _operands(M, N, 32, seed)
     tdt = torch.float16 if dt == "f16" else torch.bfloat16
@@ -214,19 +217,24 @@ def _check_groups(tmp_path, M, N, nnz, dense, seed, dt="f16", kind="uniform", bl
     bits = (lambda t: t.view(torch.int16).numpy())
     out = np.zeros((M, N) if dense else (p.nnz,), np.float32)  # (the kernel's NNZ is not in its code)
     empty = np.zeros(1, np.int32)
-    arrays = [bits(A), np.full((32, N), -1, np.int16), p.rows.numpy(), p.cols.numpy(), out, bits(B.t().contiguous()),
+    nan_b, nan_bt = np.full((32, N), -1, np.int16), np.full((N, 32), -1, np.int16)
+    arrays = [bits(A), bits(B) if from_b else nan_b, p.rows.numpy(), p.cols.numpy(), out,
+              nan_bt if from_b else bits(B.t().contiguous()),
               empty, empty, empty, empty, g.data.numpy(), np.zeros(1, np.int16), empty]
     got = torch.from_numpy(_run(exe, work, arrays, [g.n_items, g.slots, g.n_blocks], 4, dense))
     _assert_matches(module, got, A.float(), B.float(), p, dense)
     return g
 
 
-@pytest.mark.parametrize("dense, dt, kind", [(False, "f16", "uniform"), (True, "f16", "uniform"),
-                                             (False, "bf16", "rmat")])
-def test_groups_path_against_torch(tmp_path, dense, dt, kind):
+@pytest.mark.parametrize("dense, dt, kind, from_b", [(False, "f16", "uniform", False), (True, "f16", "uniform", False),
+                                                     (False, "bf16", "rmat", False), (False, "f16", "rmat", True),
+                                                     (True, "bf16", "uniform", True)])
+def test_groups_path_against_torch(tmp_path, dense, dt, kind, from_b):
     """Two panels of 2560 columns (the second cut at N = 3000), row groups cut by M = 90, items
-    up to 128 entries (8 batches of 16) and short ones, a block per panel span; f16 and bf16."""
-    g = _check_groups(tmp_path, 90, 3000, 6000, dense, 5, dt, kind)
+    up to 128 entries (8 batches of 16) and short ones, a block per panel span; f16 and bf16; the
+    panels from Bt and (`<kernel>_groups_b`) from B itself, the second panel's 440 columns not a
+    multiple of the 1024 threads' 4-column shares."""
+    g = _check_groups(tmp_path, 90, 3000, 6000, dense, 5, dt, kind, from_b=from_b)
     assert g.n_blocks >= 2 and g.n_items > 8
 
 
@@ -244,11 +252,11 @@ def test_groups_path_one_block_many_items(tmp_path):
 
 @settings(max_examples=examples(3, 10), deadline=None)
 @given(nnz=st.integers(1, 20000), kind=st.sampled_from(["uniform", "rmat"]), blocks=st.integers(1, 4),
-       seed=st.integers(0, 2**16))
-def test_groups_path_property(tmp_path_factory, nnz, kind, blocks, seed):
-    """Any pattern of a 70 x 2600 matrix (two panels, the second of 40 columns; one build: the
-    kernel's constants do not depend on the pattern), 1 to 4 blocks."""
+       seed=st.integers(0, 2**16), from_b=st.booleans())
+def test_groups_path_property(tmp_path_factory, nnz, kind, blocks, seed, from_b):
+    """Any pattern of a 70 x 2600 matrix (two panels, the second of 40 columns; one build per
+    kernel: its constants do not depend on the pattern), 1 to 4 blocks, panels from Bt or B."""
     M, N = 70, 2600
     nnz = min(nnz, M * N // 2 if kind == "rmat" else M * N)
     _check_groups(tmp_path_factory.mktemp("groups"), M, N, 1000, False, seed, kind=kind, blocks=blocks,
-                  pattern=(sp.rmat if kind == "rmat" else sp.uniform)(M, N, nnz, seed=seed))
+                  pattern=(sp.rmat if kind == "rmat" else sp.uniform)(M, N, nnz, seed=seed), from_b=from_b)

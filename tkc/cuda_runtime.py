@@ -145,6 +145,7 @@ class CudaLaunch:
         self.group_block = (sddmm["group_threads"], 1, 1) if self.group_kernel else None
         self.group_smem = int(sddmm.get("group_smem", 0))  # dynamic shared memory: Bt's panel and the stages
         self.group_dense = bool(sddmm.get("group_dense"))  # P dense: the plan indexes it by row * N + column
+        self.group_b_kernel = sddmm.get("group_b_kernel")  # the same, its panel transposed from B itself (N % 8 == 0)
         self._functions: dict[tuple, object] = {}  # (device index, kernel name) -> cupy RawKernel
         self._modules: dict[int, object] = {}  # device index -> cupy RawModule
         self._streams: dict[tuple, object] = {}  # (device index, torch stream handle) -> cupy stream
@@ -173,7 +174,7 @@ class CudaLaunch:
                                                               options=(f"--gpu-architecture={arch}", "--std=c++17"))
                 fn = self._modules[index].get_function(name)
                 smem = (self.smem if name == self.name else self.walk_smem if name == self.walk_kernel
-                        else self.group_smem if name == self.group_kernel else 0)
+                        else self.group_smem if name in (self.group_kernel, self.group_b_kernel) else 0)
                 if smem > DEFAULT_SMEM:
                     fn.max_dynamic_shared_size_bytes = smem
                 if name == self.name and math.prod(self.cluster) > PORTABLE_CLUSTER:
@@ -182,7 +183,7 @@ class CudaLaunch:
         return self._functions[(index, name)]
 
     def __call__(self, *tensors, fill_bt: bool = False, dot_sequential: bool = False, dot_panels=None,
-                 row_groups=None) -> None:
+                 row_groups=None, groups_from_b: bool = False) -> None:
         """Launch on `tensors`. Raises TkError (a user error) when CuPy, which loads and launches
         the kernel, is not installed. `fill_bt` (a sampled gemm): write B transposed into the Bt
         argument first (the kernel's own transpose), for the dot products. `dot_sequential` (a
@@ -194,7 +195,8 @@ class CudaLaunch:
         transpose) instead of `<kernel>_dots`. `row_groups` (a sampled gemm with `group_kernel`):
         the pattern's tkc.sparse.RowGroups; `<kernel>_groups` computes every entry (after B's
         transpose with `fill_bt`), its data in dot_order's place, its work items and slots as n_tc
-        and n_dot, no tiles and no dot products.
+        and n_dot, no tiles and no dot products; with `groups_from_b` (and no `fill_bt`),
+        `<kernel>_groups_b`, which transposes its panels from B itself.
 
         Decoding launches small kernels back to back, so the host time of a launch counts: the
         stream comes from torch's current raw stream (no Stream object per call), the kernel is
@@ -208,7 +210,7 @@ class CudaLaunch:
                         "target `cuda` launches kernels through CuPy, which is not installed",
                         "install tkc's GPU extra: `pip install -e \".[gpu]\"` (cupy-cuda13x), or use `--target tilelang`")
         if self.dot_kernel is not None:  # a sampled gemm: its own launches (self.pdl is false for them)
-            self._sampled(tensors, fill_bt, dot_sequential, dot_panels, row_groups)
+            self._sampled(tensors, fill_bt, dot_sequential, dot_panels, row_groups, groups_from_b)
             return
         cupy, numpy, torch = _modules()
         index = tensors[0].get_device()
@@ -253,7 +255,8 @@ class CudaLaunch:
             else:
                 self.function(index).kernel(grid, self.block, tuple(fn_args), self.smem, stream)
 
-    def _sampled(self, tensors, fill_bt: bool, dot_sequential: bool = False, panels=None, groups=None) -> None:
+    def _sampled(self, tensors, fill_bt: bool, dot_sequential: bool = False, panels=None, groups=None,
+                 from_b: bool = False) -> None:
         """A sampled gemm's launches (codegen/cuda_sddmm.py): B's transpose when `fill_bt`, the
         tensor-core tiles when the plan has any, the dot products when it has any. Each kernel
         after the first is launched programmatically where the GPU takes it (sm_90): it starts
@@ -276,6 +279,8 @@ class CudaLaunch:
         if groups is not None:  # every entry by row groups: their data in dot_order's place
             if self.group_kernel is None:
                 raise BackendError("row_groups given to a sampled gemm without a row-group kernel")
+            if from_b and (self.group_b_kernel is None or fill_bt):
+                raise BackendError("groups_from_b given to a sampled gemm without `<kernel>_groups_b`, or with fill_bt")
             ptrs[-3], group_blocks = _pointer(groups.data, keep), groups.n_blocks
         elif panels is not None:  # the dot products by column panels: their data in dot_order's place
             if self.panel_kernel is None:
@@ -293,18 +298,19 @@ class CudaLaunch:
         first_programmatic = _programmatic.get()
         shape_b = tuple(tensors[1].shape)
         state = self._sampled_state.__dict__
-        key = (index, handle, n_tc, n_dot, fill_bt, shape_b, first_programmatic, n_items, group_blocks)
+        from_b = bool(from_b and group_blocks)
+        key = (index, handle, n_tc, n_dot, fill_bt, shape_b, first_programmatic, n_items, group_blocks, from_b)
         held = state.get(key)
         if held is None:
             held = self._sampled_launches(index, handle, len(ptrs) + 2, n_tc, n_dot, fill_bt, shape_b, first_programmatic,
-                                          n_items, group_blocks)
+                                          n_items, group_blocks, from_b)
             if len(state) >= _CONFIGS_KEPT:
                 state.clear()
             state[key] = held
         launches, values, pair = held
         if index != cupy.cuda.runtime.getDevice() or launches is None:  # another device's context, or no cuLaunchKernelEx
             self._sampled_cupy(index, handle, ptrs, n_tc, n_dot, fill_bt, shape_b, first_programmatic, n_items,
-                               group_blocks)
+                               group_blocks, from_b)
             return
         values[:] = ptrs + [n_tc, n_dot]  # (the driver copies the arguments at each launch)
         pair[0], pair[1] = ptrs[1], ptrs[5]  # the transpose's B and Bt
@@ -315,7 +321,7 @@ class CudaLaunch:
                 raise BackendError(f"cuLaunchKernelEx failed with CUDA driver error {status}")
 
     def _sampled_plan(self, index: int, n_tc: int, n_dot: int, fill_bt: bool, shape_b, n_items: int = 0,
-                      group_blocks: int = 0) -> list:
+                      group_blocks: int = 0, from_b: bool = False) -> list:
         """A sampled gemm call's kernels in launch order: (name, grid, block, shared memory bytes,
         whether it takes the transpose's two arguments). `n_items`: the dot products by column
         panels, over that many work items (0: `<kernel>_dots`). `group_blocks`: every entry by
@@ -325,7 +331,8 @@ class CudaLaunch:
             (K, N), (name, tile, threads) = shape_b, self.transpose
             kernels.append((name, (-(-N // tile), -(-K // tile), 1), (threads, 1, 1), 0, True))
         if group_blocks:
-            kernels.append((self.group_kernel, (group_blocks, 1, 1), self.group_block, self.group_smem, False))
+            kernels.append((self.group_b_kernel if from_b else self.group_kernel, (group_blocks, 1, 1), self.group_block,
+                            self.group_smem, False))
             return kernels
         if self.tc_kernel and n_tc:
             name, grid, smem = self.tile_launch(index, n_tc, n_dot)
@@ -337,7 +344,7 @@ class CudaLaunch:
         return kernels
 
     def _sampled_launches(self, index: int, handle: int, n_args: int, n_tc: int, n_dot: int, fill_bt: bool, shape_b,
-                          first_programmatic: bool, n_items: int = 0, group_blocks: int = 0):
+                          first_programmatic: bool, n_items: int = 0, group_blocks: int = 0, from_b: bool = False):
         """(launches, argument slots, the transpose's slots) for _sampled: each launch a
         (config reference, CUfunction, parameter array, the config's attributes) for
         cuLaunchKernelEx, programmatic after
@@ -350,14 +357,14 @@ class CudaLaunch:
         params, pair_params = _params(values), _params(pair)
         launches = []
         for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(index, n_tc, n_dot, fill_bt, shape_b,
-                                                                              n_items, group_blocks)):
+                                                                              n_items, group_blocks, from_b)):
             config, attrs = _launch_config(grid, block, smem, handle, pdl and (i > 0 or first_programmatic), False)
             launches.append((ctypes.byref(config), self.function(index, name).kernel.ptr, pair_params if two else params,
                              attrs))  # (the config points at its attributes: kept alive with it)
         return launches, values, pair
 
     def _sampled_cupy(self, index: int, handle: int, ptrs: list, n_tc: int, n_dot: int, fill_bt: bool, shape_b,
-                      first_programmatic: bool, n_items: int = 0, group_blocks: int = 0) -> None:
+                      first_programmatic: bool, n_items: int = 0, group_blocks: int = 0, from_b: bool = False) -> None:
         """_sampled's launches through CuPy (a driver without cuLaunchKernelEx), or through
         _launch_ex in device `index`'s context (the tensors on another device than the current)."""
         cupy, numpy, _ = _modules()
@@ -366,7 +373,7 @@ class CudaLaunch:
         pdl, ex = _pdl_supported(index), _launch_ex_supported()
         with cupy.cuda.Device(index):
             for i, (name, grid, block, smem, two) in enumerate(self._sampled_plan(index, n_tc, n_dot, fill_bt, shape_b,
-                                                                                  n_items, group_blocks)):
+                                                                                  n_items, group_blocks, from_b)):
                 fn_args = (args[1], args[5]) if two else args
                 if ex:
                     _launch_ex(self.function(index, name).kernel.ptr, grid, block, fn_args, smem, handle,

@@ -554,12 +554,15 @@ class Kernel:
         kernel reads Bt unless the tiles do. Before all that, on `cuda` at K = 32 with 16-bit
         operands, `row_groups` (tkc.sparse.RowGroups) where the pattern is large and dense enough
         per group of rows (`_groups_for`): `<kernel>_groups` then computes every entry from Bt, no
-        tiles and no dot products. `pattern`: the call's tkc.sparse.SparsePattern, on B's device."""
+        tiles and no dot products (B transposed by `<kernel>_groups_b` itself where it has one:
+        `groups_from_b`). `pattern`: the call's tkc.sparse.SparsePattern, on B's device."""
         if self.target == "cuda" and getattr(jit, "group_kernel", None):
             groups = _groups_for(plan, jit, pattern, b.get_device())
             if groups is not None:
                 if b.t().is_contiguous():
                     return b.t(), {"row_groups": groups}
+                if GROUP_PANELS_FROM_B and getattr(jit, "group_b_kernel", None) and b.is_contiguous():
+                    return b.reshape(b.shape[1], b.shape[0]), {"row_groups": groups, "groups_from_b": True}
                 return b.new_empty((b.shape[1], b.shape[0])), {"fill_bt": True, "row_groups": groups}
         pattern_tensors = (pattern.rows, pattern.cols)
         seq = {"dot_sequential": True} if self.target == "cuda" and plan.dot_sequential else {}
@@ -680,6 +683,9 @@ def _panels_preferred(per_panel: float) -> bool:
 # item) 17.2 / 11.9 against 53.6 / 44.7; 1504^2 746k R-MAT (33% of S, dense tensor-core tiles) 22.4 / 7.0 against
 # 14.5 / 8.8.
 GROUP_NNZ_MIN = 500_000
+# ... B given as [K, N] (not a transposed view): `<kernel>_groups_b` transposes each block's panel from B itself
+# where N % 8 == 0, instead of B's transpose kernel before `<kernel>_groups`.
+GROUP_PANELS_FROM_B = True
 GROUP_DENSITY_MAX = 0.2
 GROUP_CELL_MEAN_MIN = 48
 

@@ -366,15 +366,17 @@ def compiled() -> int:
     at K = 32, launched through CudaLaunch with tkc.sparse.row_groups after the kernel's own
     transpose of B), against the tkc call as the runtime makes it (tiles, walk or dot products),
     at K = 32 over COMPILED_SHAPES: us per call (do_bench) and as graph replays, each checked
-    against float64 torch. For the runtime's dispatch rule (not yet written)."""
+    against float64 torch; and `<kernel>_groups_b`, its panels transposed from B itself (no
+    transpose kernel). For the runtime's rules (tkc/runtime.py `_groups_for`, GROUP_PANELS_FROM_B)."""
     from codegen import cuda
     from tkc import driver
 
     tmp = tempfile.mkdtemp()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"GPU: {torch.cuda.get_device_name()}, {sms} SMs; K = 32, f16")
-    print("| shape | tkc call us / graph | row groups us / graph | items | max rel err (call, groups) |")
-    print("|---|---|---|---|---|")
+    print("| shape | tkc call us / graph | row groups us / graph | the same, panels from B (`_groups_b`) | items | "
+          "max rel err (call, groups, _b) |")
+    print("|---|---|---|---|---|---|")
     path = os.path.join(ROOT, "examples", "sddmm.tk")
     kernel = tkc.compile(path, target="cuda")
     for M, N, nnz, kind in COMPILED_SHAPES:
@@ -403,8 +405,14 @@ def compiled() -> int:
         err = ((P2.double() - ref).abs().max() / ref.abs().max()).item()
         cold = do_bench(lambda: launch(*args, fill_bt=True, row_groups=groups), warmup=50, rep=300) * 1e3
         graph = graph_us(lambda: launch(*args, fill_bt=True, row_groups=groups))
+        P2.fill_(float("nan"))
+        launch(*args, row_groups=groups, groups_from_b=True)
+        torch.cuda.synchronize()
+        err_b = ((P2.double() - ref).abs().max() / ref.abs().max()).item()
+        cold_b = do_bench(lambda: launch(*args, row_groups=groups, groups_from_b=True), warmup=50, rep=300) * 1e3
+        graph_b = graph_us(lambda: launch(*args, row_groups=groups, groups_from_b=True))
         print(f"| {M}x{N} {p.nnz} {kind} | {call_cold:.1f} / {call_graph:.1f} | {cold:.1f} / {graph:.1f} | "
-              f"{groups.n_items} | {err_call:.1e}, {err:.1e} |", flush=True)
+              f"{cold_b:.1f} / {graph_b:.1f} | {groups.n_items} | {err_call:.1e}, {err:.1e}, {err_b:.1e} |", flush=True)
     return 0
 
 

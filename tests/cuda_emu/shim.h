@@ -125,6 +125,15 @@ inline void tk_cp_async_wait() {
 // __half and __nv_bfloat16 as their bits; ldmatrix and mma.sync exchange the lanes' registers
 // through the warp's slots between two barriers of its 32 threads, as the GPU's warp-wide
 // instructions do (every lane must call them). mma's products and sums in float, in k order.
+struct alignas(8) uint2 { unsigned x, y; };  // CUDA's vector types (`<kernel>_groups_b` loads B by them)
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+// __byte_perm(x, y, s): byte i of the result is byte (s >> 4 i) & 7 of the 8 bytes y:x (CUDA's intrinsic)
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long v = (static_cast<unsigned long long>(y) << 32) | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; ++i) r |= static_cast<unsigned>((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+    return r;
+}
 struct __half { unsigned short x; };
 struct __nv_bfloat16 { unsigned short x; };
 inline float tk_h2f(unsigned short h) {

@@ -210,13 +210,20 @@ def test_cuda_row_groups_kernel(kind, dense, dtype, tmp_path):
     plan = sp.dispatch_plan(p, 128, 128, 0)
     groups = sp.row_groups(p, 32, torch.cuda.get_device_properties(0).multi_processor_count, dense)
     bt = torch.empty(N, 32, device="cuda", dtype=dtype)
-    launch(A, B, p.rows, p.cols, P, bt, *plan.cuda_tensors(), fill_bt=True, row_groups=groups)
-    torch.cuda.synchronize()
     vals = (A.double() @ B.double())[p.rows.long(), p.cols.long()]
-    got = P[p.rows.long(), p.cols.long()] if dense else P
-    assert not got.isnan().any()
-    err = ((got.double() - vals).abs().max() / vals.abs().max()).item()
-    assert err < 1e-5, err
+    for from_b in (False, True):  # Bt by the transpose kernel, then the panels from B itself (`<kernel>_groups_b`)
+        if from_b:
+            P.fill_(float("nan"))
+            if dense:
+                P.zero_()
+            bt.fill_(float("nan"))
+        launch(A, B, p.rows, p.cols, P, bt, *plan.cuda_tensors(), **({"groups_from_b": True} if from_b else
+                                                                       {"fill_bt": True}), row_groups=groups)
+        torch.cuda.synchronize()
+        got = P[p.rows.long(), p.cols.long()] if dense else P
+        assert not got.isnan().any()
+        err = ((got.double() - vals).abs().max() / vals.abs().max()).item()
+        assert err < 1e-5, (from_b, err)
     if dense:
         mask = torch.ones(M, N, dtype=torch.bool, device="cuda")
         mask[p.rows.long(), p.cols.long()] = False
@@ -228,8 +235,8 @@ def test_public_call_takes_row_groups_at_k32(kind, transposed, cache_dir, monkey
     """The public call on `cuda` at K = 32 (examples/sddmm.tk, f16) takes the row groups where the
     runtime's rule says so (tkc/runtime.py `_groups_for`: 600k entries over 3000 x 6000, 3.3% of S,
     hundreds per cell), through the full path and then the pattern's kept record; B contiguous
-    (the kernel's own transpose) or a transposed view (read as it is). Against float64 torch; P
-    never holds NaN."""
+    (`<kernel>_groups_b` transposes its panels from B) or a transposed view (read as it is).
+    Against float64 torch; P never holds NaN."""
     kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="cuda", cache_dir=cache_dir)
     chosen = []
     given = kernel._b_transposed
@@ -245,7 +252,8 @@ def test_public_call_takes_row_groups_at_k32(kind, transposed, cache_dir, monkey
     for call in range(2):  # the full path, then the record kept in the pattern's memo
         P = kernel(A, B, p)
         torch.cuda.synchronize()
-        assert "row_groups" in chosen[-1] and ("fill_bt" in chosen[-1]) != transposed, chosen[-1]
+        assert "row_groups" in chosen[-1] and "fill_bt" not in chosen[-1], chosen[-1]
+        assert chosen[-1].get("groups_from_b", False) != transposed, chosen[-1]  # (N % 8 == 0: from B itself)
         assert not P.isnan().any()
         assert oracle.rel_error(P, ref) < 1e-5
     assert len(chosen) == 2
