@@ -25,12 +25,9 @@ def decode(g: sp.RowGroups, M: int, N: int):
     blocks = d[:3 * nb].reshape(nb, 3)
     items = d[3 * nb:3 * nb + 3 * ni].reshape(ni, 3)
     at = 3 * nb + 3 * ni
-    half = (slots + 32) // 2  # jn: 16-bit offsets / 16, two per word
-    jn = (d[at:at + half] & 0xFFFFFFFF).astype("<u4").view("<u2").astype(np.int64) << 4
-    at += half
-    pr = d[at:at + slots + 32]
-    owner = d[at + slots + 32:at + slots + 32 + 32 * ni].reshape(ni, 32) & 0xFFFFFFFF
-    si = (d[at + slots + 32 + 32 * ni:] & 0xFFFFFFFF).astype("<u4").view(np.uint8)
+    jn, pr = d[at:at + slots + 32], d[at + slots + 32:at + 2 * (slots + 32)]
+    owner = d[at + 2 * (slots + 32):at + 2 * (slots + 32) + 32 * ni].reshape(ni, 32) & 0xFFFFFFFF
+    si = (d[at + 2 * (slots + 32) + 32 * ni:] & 0xFFFFFFFF).astype("<u4").view(np.uint8)
     base = sp.slot_base(torch.arange(width)).numpy()
     row_of_base = np.full(base.max() + 1, -1)
     row_of_base[base] = np.arange(width)

@@ -446,9 +446,8 @@ class RowGroups:
       - blocks [n_blocks, 3]: (panel, first item, end item), the items of a panel split among
         its blocks by entries;
       - items [n_items, 3]: (group, first slot, count), in panel order;
-      - jn [slots + 32] as 16-bit halves (little-endian, 2 per int32 word): per slot, the byte
-        offset of the entry's row of Bt in the panel (`slot_base`) / 16; an item's slots are
-        padded to a multiple of 16 (offset 0); within an
+      - jn [slots + 32]: per slot, the byte offset of the entry's row of Bt in the panel
+        (`slot_base`); an item's slots are padded to a multiple of 16 (offset 0); within an
         item the slots are ordered so that 8 consecutive ones have distinct bank classes where
         the counts allow (conflict-free ldmatrix);
       - pr [slots + 32]: by the entry's rank r in its item (the order of P's indices), pr[first
@@ -581,9 +580,7 @@ def _row_groups(p: SparsePattern, K: int, n_blocks: int, dense: bool) -> RowGrou
     spans = group_spans((item_seg // n_groups).cpu().numpy(), item_count.cpu().numpy(), max(-(-p.N // width), 1),
                         n_blocks)
     block_data = torch.tensor(spans, dtype=torch.int64, device=dev).reshape(-1)
-    jn_words = (jn[0::2] >> 4) | ((jn[1::2] >> 4) << 16)  # (slots is a multiple of 16: whole words)
-    jn_words = torch.where(jn_words >= 1 << 31, jn_words - (1 << 32), jn_words)
-    data = torch.cat([block_data, items, jn_words, pr, owner, si_words]).int().contiguous()
+    data = torch.cat([block_data, items, jn, pr, owner, si_words]).int().contiguous()
     return RowGroups(data, len(spans), n_items, slots, width)
 
 
