@@ -757,6 +757,7 @@ def test_explain_states_when_the_tiles_walk(k, target, walk, tmp_path):
               "pattern has at least 500000 entries, at most 20% of S and at least 48 per group of 8 rows and panel "
               "holding any; else the tiles and dot products above (decided per pattern at its first call)")
     assert (groups in out.stdout) == walk, out.stdout
+    assert ("; a B given as [K, N] is transposed panel by panel in `sddmm_groups_b` itself" in out.stdout) == walk
 
 
 @pytest.mark.parametrize("defines, target, panels", [(("K=256",), "cuda", True), (("N=1500",), "cuda", False),

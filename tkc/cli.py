@@ -290,7 +290,9 @@ def _explain_groups(artifact) -> list[str]:
             f"a {GROUP_PANEL_BYTES // 1024} KB panel of B transposed, mma.sync on 8 rows of A against 16 entries; "
             f"no tiles and no dot products) where the pattern has at least {GROUP_NNZ_MIN} entries, at most "
             f"{GROUP_DENSITY_MAX:.0%} of S and at least {GROUP_CELL_MEAN_MIN} per group of 8 rows and panel holding "
-            "any; else the tiles and dot products above (decided per pattern at its first call)"]
+            "any; else the tiles and dot products above (decided per pattern at its first call)"
+            + (f"; a B given as [K, N] is transposed panel by panel in `{sddmm['group_b_kernel']}` itself"
+               if sddmm.get("group_b_kernel") else "")]
 
 
 def _model_schedule(path: str, defines: dict[str, int], dynamic: tuple[str, ...]):
