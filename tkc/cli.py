@@ -235,14 +235,20 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def _sddmm_launch(artifact) -> dict:
+    """The `sddmm` part of a `cuda` module's launch line (codegen/cuda_sddmm.py: which kernels it
+    holds); empty for another target or a module without a sampled gemm."""
+    if artifact.target != "cuda":
+        return {}
+    from codegen.cuda import launch_config
+
+    return launch_config(artifact.source).get("sddmm", {})
+
+
 def _explain_walk(artifact) -> list[str]:
     """The `cuda` sampled gemm's choice at each call (tkc/cuda_runtime.py `CudaLaunch.tile_launch`)
     where its tile kernel has a persistent twin (K <= 32, codegen/cuda_sddmm.py)."""
-    if artifact.target != "cuda":
-        return []
-    from codegen.cuda import launch_config
-
-    sddmm = launch_config(artifact.source).get("sddmm", {})
+    sddmm = _sddmm_launch(artifact)
     if not sddmm.get("walk_kernel"):
         return []
     from tkc.cuda_runtime import PERSISTENT_DOTS_PER_TILE
@@ -256,11 +262,7 @@ def _explain_walk(artifact) -> list[str]:
 def _explain_panels(artifact) -> list[str]:
     """The `cuda` sampled gemm's choice per pattern for its dot products (tkc/runtime.py
     `_panels_for`) where the module has the column-panel kernel (codegen/cuda_sddmm.py)."""
-    if artifact.target != "cuda":
-        return []
-    from codegen.cuda import launch_config
-
-    sddmm = launch_config(artifact.source).get("sddmm", {})
+    sddmm = _sddmm_launch(artifact)
     if not sddmm.get("panel_kernel"):
         return []
     from tkc.runtime import PANEL_B_L2_SHARE, PANEL_MEAN_MAX, PANEL_SLOTS_PER_ENTRY_MAX
@@ -276,11 +278,7 @@ def _explain_panels(artifact) -> list[str]:
 def _explain_groups(artifact) -> list[str]:
     """The `cuda` sampled gemm's choice per pattern at K = 32 with 16-bit operands (tkc/runtime.py
     `_groups_for`) where the module has the row-group kernel (codegen/cuda_sddmm.py)."""
-    if artifact.target != "cuda":
-        return []
-    from codegen.cuda import launch_config
-
-    sddmm = launch_config(artifact.source).get("sddmm", {})
+    sddmm = _sddmm_launch(artifact)
     if not sddmm.get("group_kernel"):
         return []
     from tkc.runtime import GROUP_CELL_MEAN_MIN, GROUP_DENSITY_MAX, GROUP_NNZ_MIN

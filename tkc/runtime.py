@@ -683,23 +683,18 @@ def _panels_preferred(per_panel: float) -> bool:
 # item) 17.2 / 11.9 against 53.6 / 44.7; 1504^2 746k R-MAT (33% of S, dense tensor-core tiles) 22.4 / 7.0 against
 # 14.5 / 8.8.
 GROUP_NNZ_MIN = 500_000
+GROUP_DENSITY_MAX = 0.2
+GROUP_CELL_MEAN_MIN = 48
 # ... B given as [K, N] (not a transposed view): `<kernel>_groups_b` transposes each block's panel from B itself
 # where N % 8 == 0, instead of B's transpose kernel before `<kernel>_groups`.
 GROUP_PANELS_FROM_B = True
-GROUP_DENSITY_MAX = 0.2
-GROUP_CELL_MEAN_MIN = 48
-
-
-def _groups_preferred(nnz: int, M: int, N: int, cells: int) -> bool:
-    """Whether a `cuda` SDDMM call at K = 32 computes every entry by row groups, for `nnz` entries
-    of an M x N pattern in `cells` (group of 8 rows, panel) cells holding any (GROUP_NNZ_MIN)."""
-    return nnz >= GROUP_NNZ_MIN and nnz <= GROUP_DENSITY_MAX * M * N and nnz >= GROUP_CELL_MEAN_MIN * cells
 
 
 def _groups_for(plan, jit, pattern, index: int):
-    """The tkc.sparse.RowGroups a `cuda` SDDMM call takes (None: the tiles and dot products), kept in
-    the plan per (device, thresholds): planned over the blocks of `<kernel>_groups` resident at once
-    (jit.group_blocks) where `_groups_preferred`."""
+    """The tkc.sparse.RowGroups a `cuda` SDDMM call at K = 32 takes (None: the tiles and dot
+    products), kept in the plan per (device, thresholds): where the pattern meets GROUP_NNZ_MIN,
+    GROUP_DENSITY_MAX and GROUP_CELL_MEAN_MIN (its cells counted only past the first two), planned
+    over the blocks of `<kernel>_groups` resident at once (jit.group_blocks)."""
     import torch
 
     from tkc import sparse as sp
@@ -707,13 +702,10 @@ def _groups_for(plan, jit, pattern, index: int):
     key = ("group_choice", index, jit.group_dense, GROUP_NNZ_MIN, GROUP_DENSITY_MAX, GROUP_CELL_MEAN_MIN)
     if key not in plan._memo:
         chosen = None
-        nnz, M, N = pattern.nnz, pattern.M, pattern.N
-        if nnz >= GROUP_NNZ_MIN and nnz <= GROUP_DENSITY_MAX * M * N:
-            width = sp.GROUP_PANEL_BYTES // 64  # columns per panel at K = 32
-            cells = torch.unique((pattern.cols.long() // width) * (-(-M // sp.GROUP_ROWS))
-                                 + pattern.rows.long() // sp.GROUP_ROWS).numel()
-            if _groups_preferred(nnz, M, N, cells):
-                chosen = sp.row_groups(pattern, 32, jit.group_blocks(index), jit.group_dense)
+        nnz = pattern.nnz
+        if (GROUP_NNZ_MIN <= nnz <= GROUP_DENSITY_MAX * pattern.M * pattern.N
+                and nnz >= GROUP_CELL_MEAN_MIN * torch.unique(sp.group_cells(pattern, 32)).numel()):
+            chosen = sp.row_groups(pattern, 32, jit.group_blocks(index), jit.group_dense)
         plan._memo[key] = chosen
     return plan._memo[key]
 

@@ -523,6 +523,15 @@ def row_groups(p: SparsePattern, K: int, blocks: int, dense: bool = False) -> Ro
     return p._memo[key]
 
 
+def group_cells(p: SparsePattern, K: int) -> torch.Tensor:
+    """Per entry of `p`, its cell of `<kernel>_groups` at K: panel * groups + row // GROUP_ROWS
+    (int64), a panel being GROUP_PANEL_BYTES / (2 K) consecutive columns (the rows of Bt a block
+    holds). The runtime counts the cells holding entries (tkc/runtime.py `_groups_for`)."""
+    width = GROUP_PANEL_BYTES // (2 * K)
+    n_groups = max(-(-p.M // GROUP_ROWS), 1)
+    return (p.cols.long() // width) * n_groups + p.rows.long() // GROUP_ROWS
+
+
 def _row_groups(p: SparsePattern, K: int, n_blocks: int, dense: bool) -> RowGroups:
     W, R = GROUP_ENTRIES, GROUP_ROWS
     width = GROUP_PANEL_BYTES // (2 * K)
@@ -530,9 +539,9 @@ def _row_groups(p: SparsePattern, K: int, n_blocks: int, dense: bool) -> RowGrou
     rows, cols = p.rows.long(), p.cols.long()
     nnz = rows.numel()
     e = rows * p.N + cols if dense else torch.arange(nnz, device=dev)
-    panel, jl = cols // width, cols % width
+    jl = cols % width
     n_groups = max(-(-p.M // R), 1)
-    seg = panel * n_groups + rows // R
+    seg = group_cells(p, K)
     n = rows % R
     # P's order within each (panel, group): by row, then column
     o = torch.sort((seg * R + n) * width + jl, stable=True).indices

@@ -274,6 +274,33 @@ def padded(p, N: int, W: int):
     return rc_pad, order_pad, torch.stack([items[:, 0].long(), count], 1).int().contiguous(), n_items
 
 
+def time_tkc_rows(A, B, p, ref, tmp: str, tag: str):
+    """The tkc call by tiles, B's transpose and the dot products by rows (examples/sddmm.tk through
+    `cuda`, launched directly: no panels, no row groups) on A [M, K], B [K, N] and pattern `p`, all
+    on the GPU, checked against `ref` (the entries' float64 values): (its DispatchPlan, its Bt, us
+    per call (do_bench), us per call as graph replays, max relative error). Also used by
+    sddmm_row_groups.py."""
+    kernel = tkc.compile(os.path.join(ROOT, "examples/sddmm.tk"), target="cuda")
+    artifact, _ = kernel.specialize(kernel.bind_dims([A, B, p]))
+    _, op = cuda_sddmm.sampled_launch(artifact.module)
+    dplan = sp.dispatch_plan(p, 128, 128, op.attrs.get("dot_below", 0))
+    path = os.path.join(tmp, f"tkc-{tag}.cu")
+    with open(path, "w") as f:
+        f.write(cuda_sddmm.emit(artifact.module))
+    with open(path) as f:
+        launch = cuda_runtime.CudaLaunch(path, f.read())
+    P = torch.full((p.nnz,), float("nan"), device="cuda")
+    bt = torch.empty(B.shape[1], B.shape[0], device="cuda", dtype=A.dtype)
+    args = [A, B, p.rows, p.cols, P, bt, *dplan.cuda_tensors()]
+    seq = dplan.dot_sequential
+    launch(*args, fill_bt=True, dot_sequential=seq)
+    torch.cuda.synchronize()
+    err = ((P.double() - ref).abs().max() / ref.abs().max()).item()
+    cold = do_bench(lambda: launch(*args, fill_bt=True, dot_sequential=seq), warmup=50, rep=300) * 1e3
+    warm = graph_us(lambda: launch(*args, fill_bt=True, dot_sequential=seq))
+    return dplan, bt, cold, warm, err
+
+
 def main() -> int:
     names = [a for a in sys.argv[1:] if not a.startswith("--")] or VARIANTS
     tmp = tempfile.mkdtemp()
@@ -288,25 +315,7 @@ def main() -> int:
         ref = torch.cat([(A[rows[i:i + (1 << 20)]].double() * B[:, cols[i:i + (1 << 20)]].t().double()).sum(1)
                          for i in range(0, p.nnz, 1 << 20)])
         label = f"{M}x{N} K{K} {p.nnz} {kind}"
-        # the tkc call
-        kernel = tkc.compile(os.path.join(ROOT, "examples/sddmm.tk"), target="cuda")
-        artifact, _ = kernel.specialize(kernel.bind_dims([A, B, p]))
-        _, op = cuda_sddmm.sampled_launch(artifact.module)
-        dplan = sp.dispatch_plan(p, 128, 128, op.attrs.get("dot_below", 0))
-        path = os.path.join(tmp, f"tkc-{M}-{N}-{kind}.cu")
-        with open(path, "w") as f:
-            f.write(cuda_sddmm.emit(artifact.module))
-        with open(path) as f:
-            launch = cuda_runtime.CudaLaunch(path, f.read())
-        P = torch.full((p.nnz,), float("nan"), device="cuda")
-        bt = torch.empty(N, K, device="cuda", dtype=A.dtype)
-        args = [A, B, p.rows, p.cols, P, bt, *dplan.cuda_tensors()]
-        seq = dplan.dot_sequential
-        launch(*args, fill_bt=True, dot_sequential=seq)
-        torch.cuda.synchronize()
-        err = ((P.double() - ref).abs().max() / ref.abs().max()).item()
-        cold = do_bench(lambda: launch(*args, fill_bt=True, dot_sequential=seq), warmup=50, rep=300) * 1e3
-        warm = graph_us(lambda: launch(*args, fill_bt=True, dot_sequential=seq))
+        dplan, _, cold, warm, err = time_tkc_rows(A, B, p, ref, tmp, f"{M}-{N}-{kind}")
         print(f"| {label} | tkc (n_tc {dplan.n_tc}, n_dot {dplan.n_dot}) | | {cold:.1f} | {warm:.1f} | {err:.1e} |",
               flush=True)
         for name in names:

@@ -52,6 +52,7 @@ for path in (ROOT, HERE):
 
 import tkc  # noqa: E402
 from codegen import cuda_sddmm  # noqa: E402
+from sddmm_col_panels import time_tkc_rows  # noqa: E402
 from sddmm_overhead import graph_us  # noqa: E402
 from tkc import cuda_runtime  # noqa: E402
 from tkc import sparse as sp  # noqa: E402
@@ -438,24 +439,7 @@ def main() -> int:
         ref = torch.cat([(A[rows[i:i + (1 << 20)]].double() * B[:, cols[i:i + (1 << 20)]].t().double()).sum(1)
                          for i in range(0, p.nnz, 1 << 20)])
         label = f"{M}x{N} K{K} {p.nnz} {kind}"
-        kernel = tkc.compile(os.path.join(ROOT, "examples/sddmm.tk"), target="cuda")
-        artifact, _ = kernel.specialize(kernel.bind_dims([A, B, p]))
-        _, op = cuda_sddmm.sampled_launch(artifact.module)
-        dplan = sp.dispatch_plan(p, 128, 128, op.attrs.get("dot_below", 0))
-        path = os.path.join(tmp, f"tkc-{M}-{N}-{K}-{kind}.cu")
-        with open(path, "w") as f:
-            f.write(cuda_sddmm.emit(artifact.module))
-        with open(path) as f:
-            launch = cuda_runtime.CudaLaunch(path, f.read())
-        P = torch.full((p.nnz,), float("nan"), device="cuda")
-        bt = torch.empty(N, K, device="cuda", dtype=A.dtype)
-        args = [A, B, p.rows, p.cols, P, bt, *dplan.cuda_tensors()]
-        seq = dplan.dot_sequential
-        launch(*args, fill_bt=True, dot_sequential=seq)
-        torch.cuda.synchronize()
-        err = ((P.double() - ref).abs().max() / ref.abs().max()).item()
-        cold = do_bench(lambda: launch(*args, fill_bt=True, dot_sequential=seq), warmup=50, rep=300) * 1e3
-        warm = graph_us(lambda: launch(*args, fill_bt=True, dot_sequential=seq))
+        dplan, bt, cold, warm, err = time_tkc_rows(A, B, p, ref, tmp, f"{M}-{N}-{K}-{kind}")
         print(f"| {label} | tkc call (n_tc {dplan.n_tc}, n_dot {dplan.n_dot}) | | | {cold:.1f} | {warm:.1f} | | {err:.1e} |",
               flush=True)
         tr = graph_us(lambda: bt.copy_(B.t()))

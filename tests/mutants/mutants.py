@@ -857,7 +857,7 @@ MUTANTS: list[Mutant] = [
       "CUDA: the row groups launched with the plan's tile and dot counts, not their work items and slots", "cpu",
       tests=("tests/test_programmatic_launch.py",)),
     M("runtime-groups-cells-mean-strict", "tkc/runtime.py",
-      "nnz >= GROUP_CELL_MEAN_MIN * cells", "nnz > GROUP_CELL_MEAN_MIN * cells",
+      "nnz >= GROUP_CELL_MEAN_MIN * torch", "nnz > GROUP_CELL_MEAN_MIN * torch",
       "the row groups' rule refuses a pattern exactly at its mean per cell", "cpu",
       tests=("tests/test_sddmm.py",)),
     M("runtime-groups-dense-p-ignored", "tkc/runtime.py",
