@@ -127,6 +127,9 @@ inline void tk_cp_async_wait() {
 // instructions do (every lane must call them). mma's products and sums in float, in k order.
 struct alignas(8) uint2 { unsigned x, y; };  // CUDA's vector types (`<kernel>_groups_b` loads B by them)
 struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) int2 { int x, y; };  // (`<kernel>_groups` reads its items, slots and P indices by them)
+struct alignas(16) int4 { int x, y, z, w; };
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 // __byte_perm(x, y, s): byte i of the result is byte (s >> 4 i) & 7 of the 8 bytes y:x (CUDA's intrinsic)
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     const unsigned long long v = (static_cast<unsigned long long>(y) << 32) | x;
