@@ -443,12 +443,13 @@ class RowGroups:
     "K = 32 by row groups").
 
     - data: int32, passed in dot_order's place (the vector loads' arrays aligned: items at word
-      3 n_blocks rounded up to even, jn after them at a multiple of 4 words):
+      3 n_blocks rounded up to even, jn after them at a multiple of 32 words):
       - blocks [n_blocks, 3]: (panel, first item, end item), the items of a panel split among
         its blocks by entries;
       - items [n_items, 2]: (group, count), in panel order;
-      - jn [n_items, 16, 8]: lane e's 8 words, word t the byte offset in the panel (`slot_base`)
-        of the row of Bt of the item's slot 16 t + e. An item of c entries fills P = ceil(c / 8)
+      - jn [n_items, 2, 16, 4]: [h, e, i] the byte offset in the panel (`slot_base`) of the row
+        of Bt of the item's slot 16 (4 h + i) + e (lane e's two 16-byte loads, each of the
+        warp's 256 contiguous bytes). An item of c entries fills P = ceil(c / 8)
         phases of 8 slots (one ldmatrix phase each), spreading each bank class over them
         (`_phase_counts`: as few ldmatrix wavefronts as the class counts allow, about); a pad
         slot repeats its phase's first offset (no extra wavefront), slots past the phases 0;
@@ -487,8 +488,9 @@ def slot_base(j: torch.Tensor) -> torch.Tensor:
 
 def group_spans(item_panel, sizes, n_panels: int, n_blocks: int) -> list[tuple[int, int, int]]:
     """The blocks of `<kernel>_groups` as (panel, first item, end item): `n_blocks` spread over the
-    panels by their entries (each panel holding entries gets at least one), a panel's items
-    (numpy `item_panel`, in panel order, of `sizes` entries) split among its blocks by entries."""
+    panels by their `sizes` (each panel holding entries gets at least one), a panel's items
+    (numpy `item_panel`, in panel order, of `sizes`: entries, or a cost per item) split among its
+    blocks by sizes."""
     per_panel = numpy.bincount(item_panel, weights=sizes, minlength=n_panels) if len(sizes) else numpy.zeros(n_panels)
     want = per_panel / max(per_panel.sum(), 1) * n_blocks
     share = numpy.maximum(numpy.floor(want), per_panel > 0).astype(int)
@@ -556,6 +558,11 @@ def _row_groups(p: SparsePattern, K: int, n_blocks: int, dense: bool) -> RowGrou
     item_count = torch.minimum(torch.repeat_interleave(counts, chunks) - within * W, torch.full_like(within, W))
     item_of = torch.repeat_interleave(torch.arange(n_items, device=dev), item_count)  # per sorted position
     r = torch.arange(nnz, device=dev) - torch.repeat_interleave(item_first, item_count)  # rank in the item
+    # blocks by cost: a batch of 16 slots each, and one more for the item's own loads and stores (by
+    # entries alone, R-MAT at 10000^2 with 1M entries took 16.5-17.1 us against 12.9-13.0, H200;
+    # items placed so that each block's warps got equal costs lost 4 us at 5M uniform)
+    cost = (GROUP_BATCH * (-(-item_count // GROUP_BATCH) + 1)).cpu().numpy()
+    spans = group_spans((item_seg // n_groups).cpu().numpy(), cost, max(-(-p.N // width), 1), n_blocks)
     # slots: an item's entries go to its P = ceil(count / 8) phases of 8 slots (one ldmatrix
     # phase each), a bank class's entries to the phases in rank order (_phase_counts), and within
     # a phase by class
@@ -574,10 +581,8 @@ def _row_groups(p: SparsePattern, K: int, n_blocks: int, dense: bool) -> RowGrou
     in_item = torch.empty_like(r)  # per sorted position: its slot in the item
     in_item[o2] = 8 * phase[o2] + idx - torch.cummax(torch.where(start, idx, 0), 0).values
     slots = n_items * W
-    spans = group_spans((item_seg // n_groups).cpu().numpy(), item_count.cpu().numpy(), max(-(-p.N // width), 1),
-                        n_blocks)
-    at_items = -(-3 * len(spans) // 2) * 2  # items 8-byte aligned, the rest 16-byte aligned (vector loads)
-    head = -(-(at_items + 2 * n_items) // 4) * 4  # (jn, pr, owner and si 16-byte aligned)
+    at_items = -(-3 * len(spans) // 2) * 2  # items 8-byte aligned, the rest 128-byte aligned (vector loads)
+    head = -(-(at_items + 2 * n_items) // 32) * 32  # (jn, pr, owner and si 128-byte aligned)
     if head + 2 * slots + 64 * n_items > _INT32_MAX:
         raise ValueError(f"{n_items} work items of row groups do not fit int32")
     jn = torch.zeros(n_items, W, dtype=torch.int64, device=dev)  # by slot
@@ -586,7 +591,8 @@ def _row_groups(p: SparsePattern, K: int, n_blocks: int, dense: bool) -> RowGrou
     jn = jn.view(n_items, 16, 8)
     pad = (torch.arange(8, device=dev)[None, None, :] >= per_phase[:, :, None]) & (per_phase[:, :, None] > 0)
     jn = torch.where(pad, jn[:, :, :1], jn)
-    jn = jn.view(n_items, W // GROUP_BATCH, GROUP_BATCH).transpose(1, 2).reshape(-1)  # slot 16 t + e at 8 e + t
+    # slot 16 t + e at 64 (t // 4) + 4 e + t % 4: lane e's two 16-byte loads, each warp's 256 contiguous bytes
+    jn = jn.view(n_items, 2, 4, GROUP_BATCH).transpose(2, 3).reshape(-1)
     lane_r, u_r = r % 32, r // 32
     pr = torch.zeros(n_items * W, dtype=torch.int64, device=dev)
     pr[item_of * W + 4 * lane_r + u_r] = e[o]

@@ -867,6 +867,11 @@ MUTANTS: list[Mutant] = [
       "d = torch.where(torch.minimum(R, d[:, None]).sum(1) < need, d + 1, d)", "d = d",
       "the row groups' phases never raise their budget where the later phases cannot hold the rest (entries left "
       "over)", "cpu", tests=("tests/test_sddmm_groups.py",)),
+    M("sparse-groups-spans-by-entries", "tkc/sparse.py",
+      "spans = group_spans((item_seg // n_groups).cpu().numpy(), cost,",
+      "spans = group_spans((item_seg // n_groups).cpu().numpy(), item_count.cpu().numpy(),",
+      "the row groups' blocks split by entries, not by the items' cost (panels of many small items get too few "
+      "blocks)", "cpu", tests=("tests/test_sddmm_groups.py",)),
     M("cuda-runtime-groups-b-kernel-ignored", "tkc/cuda_runtime.py",
       "kernels.append((self.group_b_kernel if from_b else self.group_kernel,",
       "kernels.append((self.group_kernel,",
