@@ -116,8 +116,9 @@ PANEL_LANE_VECTORS_MAX = 4
 # `<kernel>_groups` (K = 32, f16 or bf16): every entry by row groups on mma.sync against a panel of Bt held in
 # shared memory, one block of GROUP_THREADS per SM (tkc.sparse.RowGroups). At 10000^2 with 5M entries: 36.2 us
 # uniform and 38.7 R-MAT against the tile walk's 52.2 and the one-tile kernel's 45.0 (H200, graph replays,
-# benchmarks/probes/sddmm_row_groups.py `1024-128`, docs/PERFORMANCE.md "K = 32 by row groups"). The runtime takes
-# it by tkc/runtime.py `_groups_for`.
+# benchmarks/probes/sddmm_row_groups.py `1024-128`, docs/PERFORMANCE.md "K = 32 by row groups"); 32.4-32.7 and
+# 33.0-33.2 with the phases' classes spread, vector loads and blocks by cost ("K = 32 row groups: the phases' bank
+# classes"). The runtime takes it by tkc/runtime.py `_groups_for`.
 GROUP_K = 32
 GROUP_THREADS = 1024
 
