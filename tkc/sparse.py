@@ -630,13 +630,15 @@ def _phase_counts(C: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     D = torch.maximum(P, C.max(1).values if n else P)
     base, rem = D // P, D % P
     k = torch.arange(8, device=dev)
+    raise_by = torch.arange(9, device=dev)[None, :]
     rows = torch.arange(n, device=dev)[:, None] * 8
     out = torch.zeros(n, 16, 8, dtype=torch.int64, device=dev)
     for s in range(16):
         d = base + (rem > s).long()
         need = R.sum(1) - 8 * torch.clamp(P - s - 1, min=0)  # what the later phases cannot hold
-        for _ in range(8):
-            d = torch.where(torch.minimum(R, d[:, None]).sum(1) < need, d + 1, d)
+        # the budget raised to the least d + j (j <= 8) whose units reach `need`
+        units = torch.minimum(R[:, :, None], (d[:, None] + raise_by)[:, None, :]).sum(1)  # [items, 9]
+        d = d + torch.where(units >= need[:, None], raise_by, 8).min(1).values
         later = D - (s + 1) * base - torch.clamp(rem, max=s + 1)
         ok = k[None, None, :] < torch.minimum(R, d[:, None])[:, :, None]
         key = torch.where(ok, R[:, :, None] - k[None, None, :] - later[:, None, None], -(1 << 40)).reshape(n, 64)

@@ -864,7 +864,7 @@ MUTANTS: list[Mutant] = [
       "the row groups' pad slots read row 0 of the panel (an extra wavefront where its class is in the phase)", "cpu",
       tests=("tests/test_sddmm_groups.py",)),
     M("sparse-groups-phase-budget-fixed", "tkc/sparse.py",
-      "d = torch.where(torch.minimum(R, d[:, None]).sum(1) < need, d + 1, d)", "d = d",
+      "d = d + torch.where(units >= need[:, None], raise_by, 8).min(1).values", "d = d",
       "the row groups' phases never raise their budget where the later phases cannot hold the rest (entries left "
       "over)", "cpu", tests=("tests/test_sddmm_groups.py",)),
     M("sparse-groups-spans-by-entries", "tkc/sparse.py",
