@@ -7,6 +7,8 @@ emulation in tests/test_sddmm_cuda_emulated.py and on the GPU in tests/gpu/test_
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -156,10 +158,11 @@ def test_row_groups_blocks_follow_the_entries():
 
 
 def test_row_groups_blocks_follow_the_items_cost():
-    """Blocks go to the panels by cost (a batch of 16 slots per 16 entries begun, one more per
+    """Blocks go to the panels by cost (a batch of 16 slots per 16 entries begun, two more per
     item), not by entries alone: 2048 entries as 256 items of 8 in one panel take 6 of 8 blocks,
     2048 as 16 full items in the other 2 (R-MAT at 10000^2 with 1M entries: 12.9 against 16.5 us
-    as graph replays, H200)."""
+    as graph replays, H200); over 20 blocks, 16 and 4 (an item costs two batches besides its
+    own)."""
     M, N = 2048, 5120
     rows0 = torch.arange(2048)
     cols0 = (rows0 * 7) % 2560
@@ -170,6 +173,66 @@ def test_row_groups_blocks_follow_the_items_cost():
     g = check(p, 8, False)
     d = g.data[:3 * g.n_blocks].reshape(-1, 3)
     assert torch.bincount(d[:, 0].long(), minlength=2).tolist() == [6, 2]
+    # over 20 blocks the item's own cost decides: [15, 5] at one batch per item, [17, 3] at three
+    g = sp.row_groups(p, 32, 20)
+    assert torch.bincount(g.data[:3 * g.n_blocks].reshape(-1, 3)[:, 0].long(), minlength=2).tolist() == [16, 4]
+
+
+def test_row_groups_blocks_follow_the_panels_load():
+    """A block's panel load counts in its cost (GROUP_COLUMN_COST per column): two panels of equal
+    items, 2560 and 1280 columns wide, take 5 and 3 of 8 blocks (4 and 4 without it)."""
+    M, N = 512, 3840
+    gen = torch.Generator().manual_seed(3)
+    rows = torch.arange(M).repeat_interleave(32)
+    cols = torch.cat([torch.stack([torch.randperm(2560, generator=gen)[:16], 2560 + torch.randperm(1280, generator=gen)[:16]])
+                      .reshape(-1).sort().values for _ in range(M)])
+    p = sp.SparsePattern(M, N, "csr", rows.int(), cols.int())
+    g = check(p, 8, False)
+    counts = g.data[(3 * g.n_blocks + 1) & ~1:][:2 * g.n_items].reshape(-1, 2)[:, 1]
+    assert g.n_items == 128 and bool((counts == 128).all())
+    assert torch.bincount(g.data[:3 * g.n_blocks].reshape(-1, 3)[:, 0].long(), minlength=2).tolist() == [5, 3]
+
+
+@settings(max_examples=examples(60, 200), deadline=None)
+@given(sizes=st.lists(st.integers(0, 1000), min_size=1, max_size=4), extra=st.integers(0, 9), data=st.data())
+def test_group_spans_least_largest_block(sizes, extra, data):
+    """`group_spans` gives every panel holding items a block, all `n_blocks`, and the blocks to the
+    panels so that the largest block (its panel's fixed cost plus its share of the panel's items)
+    is the least any split into whole blocks allows (every allocation tried); each panel's items
+    are covered once, in order."""
+    items = [data.draw(st.lists(st.integers(1, 300), min_size=1, max_size=8)) if s else [] for s in sizes]
+    item_panel = np.array([pn for pn, it in enumerate(items) for _ in it], dtype=np.int64)
+    cost = np.array([c for it in items for c in it], dtype=np.float64)
+    holding = sum(1 for it in items if it)
+    if holding == 0:
+        return
+    n_blocks = holding + extra
+    base = np.array(data.draw(st.lists(st.integers(0, 500), min_size=len(items), max_size=len(items))), dtype=np.float64)
+    spans = sp.group_spans(item_panel, cost, len(items), n_blocks, base)
+    share = np.bincount([pn for pn, _, _ in spans], minlength=len(items))
+    per_panel = np.bincount(item_panel, weights=cost, minlength=len(items))
+    for pn, it in enumerate(items):  # the panel's spans cover its items once, in order
+        got = [(lo, hi) for q, lo, hi in spans if q == pn]
+        at = np.nonzero(item_panel == pn)[0]
+        assert (not it and not got) or (got[0][0] == at[0] and got[-1][1] == at[-1] + 1
+                                        and all(a[1] == b[0] for a, b in zip(got, got[1:])))
+    # (a panel may take fewer spans than blocks when its items are fewer: the blocks it was given)
+    live = [pn for pn, it in enumerate(items) if it]
+    best = min(max(base[pn] + per_panel[pn] / n for pn, n in zip(live, alloc))
+               for alloc in itertools.product(range(1, n_blocks + 1), repeat=len(live)) if sum(alloc) == n_blocks)
+    alloc = _allocation(item_panel, cost, len(items), n_blocks, base)
+    assert sum(alloc) == n_blocks and all(alloc[pn] >= 1 for pn in live)
+    assert max(base[pn] + per_panel[pn] / alloc[pn] for pn in live) == pytest.approx(best)
+    assert all(share[pn] <= alloc[pn] for pn in live)
+
+
+def _allocation(item_panel, cost, n_panels, n_blocks, base):
+    """The blocks group_spans gives each panel, read back from a panel whose items outnumber them
+    (one item of each size per block at most would hide it): the panels' items split finely."""
+    fine_panel = np.repeat(item_panel, 1000)
+    fine_cost = np.repeat(cost / 1000, 1000)
+    return np.bincount([pn for pn, _, _ in sp.group_spans(fine_panel, fine_cost, n_panels, n_blocks, base)],
+                       minlength=n_panels)
 
 
 @pytest.mark.parametrize("K, blocks, dense, M, N", [(64, 4, False, 8, 8), (32, 0, False, 8, 8), (32, 4, True, 50000, 50000)])

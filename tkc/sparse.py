@@ -430,6 +430,8 @@ GROUP_ROWS = 8  # rows of A per group: the N of mma.sync's m16n8k16
 GROUP_BATCH = 16  # entries per mma (its M)
 GROUP_ENTRIES = 128  # entries per work item at most: 8 batches, one owner nibble each in a 32-bit word per lane
 GROUP_PANEL_BYTES = 160 * 1024  # a block's panel of Bt in shared memory
+GROUP_ITEM_COST = 2  # an item's own cost in batches, for splitting the panels' items among blocks
+GROUP_COLUMN_COST = 2  # a block's cost to load a column of its panel (16 per batch; 3.1 us per 2560 columns, H200)
 
 
 @dataclass(frozen=True, eq=False)
@@ -446,7 +448,7 @@ class RowGroups:
       3 n_blocks rounded up to even, jn after them at a multiple of 32 words):
       - blocks [n_blocks, 3]: (panel, first item, end item): blocks go to the panels, and a
         panel's items are split among its blocks, by cost (16 per batch of 16 entries begun and
-        16 per item);
+        32 per item), and the blocks to the panels so that the most any block carries is least;
       - items [n_items, 2]: (group, count), in panel order;
       - jn [n_items, 2, 16, 4]: [h, e, i] the byte offset in the panel (`slot_base`) of the row
         of Bt of the item's slot 16 (4 h + i) + e (lane e's two 16-byte loads, each of the
@@ -487,18 +489,20 @@ def slot_base(j: torch.Tensor) -> torch.Tensor:
     return (j >> 1) * 128 + (group_class(j) << 4)
 
 
-def group_spans(item_panel, sizes, n_panels: int, n_blocks: int) -> list[tuple[int, int, int]]:
+def group_spans(item_panel, sizes, n_panels: int, n_blocks: int, base=None) -> list[tuple[int, int, int]]:
     """The blocks of `<kernel>_groups` as (panel, first item, end item): `n_blocks` spread over the
-    panels by their `sizes` (each panel holding entries gets at least one), a panel's items
-    (numpy `item_panel`, in panel order, of `sizes`: entries, or a cost per item) split among its
-    blocks by sizes."""
+    panels (each panel holding entries gets at least one) so that the largest of a block's
+    `base[panel]` (a block's fixed cost in its panel: loading it; default 0) plus its share of the
+    panel's `sizes` is least; a panel's items (numpy `item_panel`, in panel order, of `sizes`:
+    entries, or a cost per item) split among its blocks by sizes."""
     per_panel = numpy.bincount(item_panel, weights=sizes, minlength=n_panels) if len(sizes) else numpy.zeros(n_panels)
-    want = per_panel / max(per_panel.sum(), 1) * n_blocks
-    share = numpy.maximum(numpy.floor(want), per_panel > 0).astype(int)
-    for pn in numpy.argsort(-(want - numpy.floor(want)), kind="stable"):
-        if share.sum() >= n_blocks:
-            break
-        share[pn] += 1
+    base = numpy.zeros(n_panels) if base is None else numpy.asarray(base, dtype=numpy.float64)
+    # each panel holding entries gets one block, then every further block goes to the panel whose
+    # blocks carry the most each (D'Hondt's apportionment, with the fixed cost: the least largest
+    # block; the share rounded to the nearest left panels of 17 blocks 2.4% above the mean, H200)
+    share = (per_panel > 0).astype(int)
+    for _ in range(n_blocks - int(share.sum())):
+        share[numpy.argmax(numpy.where(share > 0, base + per_panel / numpy.maximum(share, 1), -numpy.inf))] += 1
     spans = []
     for pn in range(n_panels):
         at = numpy.nonzero(item_panel == pn)[0]
@@ -559,11 +563,15 @@ def _row_groups(p: SparsePattern, K: int, n_blocks: int, dense: bool) -> RowGrou
     item_count = torch.minimum(torch.repeat_interleave(counts, chunks) - within * W, torch.full_like(within, W))
     item_of = torch.repeat_interleave(torch.arange(n_items, device=dev), item_count)  # per sorted position
     r = torch.arange(nnz, device=dev) - torch.repeat_interleave(item_first, item_count)  # rank in the item
-    # blocks by cost: a batch of 16 slots each, and one more for the item's own loads and stores (by
-    # entries alone, R-MAT at 10000^2 with 1M entries took 16.5-17.1 us against 12.9-13.0, H200;
-    # items placed so that each block's warps got equal costs lost 4 us at 5M uniform)
-    cost = (GROUP_BATCH * (-(-item_count // GROUP_BATCH) + 1)).cpu().numpy()
-    spans = group_spans((item_seg // n_groups).cpu().numpy(), cost, max(-(-p.N // width), 1), n_blocks)
+    # blocks by cost: a batch of 16 slots each, and two more for the item's own loads and stores (its
+    # words, its rows of A, the stage read back and P written: about 2 batches' L1 wavefronts; block
+    # times fit 15-17 ns per item and 7-9 per batch, H200. By entries alone, R-MAT at 10000^2 with 1M
+    # entries took 16.5-17.1 us against 12.9-13.0; items placed so that each block's warps got equal
+    # costs lost 4 us at 5M uniform)
+    cost = (GROUP_BATCH * (-(-item_count // GROUP_BATCH) + GROUP_ITEM_COST)).cpu().numpy()
+    n_panels = max(-(-p.N // width), 1)
+    load = GROUP_COLUMN_COST * numpy.minimum(width, p.N - width * numpy.arange(n_panels))  # a block's panel load
+    spans = group_spans((item_seg // n_groups).cpu().numpy(), cost, n_panels, n_blocks, load)
     # slots: an item's entries go to its P = ceil(count / 8) phases of 8 slots (one ldmatrix
     # phase each), a bank class's entries to the phases in rank order (_phase_counts), and within
     # a phase by class

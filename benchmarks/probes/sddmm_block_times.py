@@ -55,11 +55,13 @@ def timed_source(M: int, nnz: int) -> str:
     start = "    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;\n"
     ready = "    __syncthreads();\n    const int hi16 = lane >> 4;\n"
     assert start in body and ready in body, "the kernel's source changed: update the probe's anchors"
-    body = body.replace(start, start + f"    if (tid == 0) {{ unsigned long long t; {TIMER} tk_times[2 * blockIdx.x] = t; }}\n", 1)
+    body = body.replace(start, start + f"    if (tid == 0) {{ unsigned long long t; {TIMER} tk_times[2 * blockIdx.x] = t; unsigned s; "
+                        'asm volatile("mov.u32 %0, %%smid;" : "=r"(s)); tk_times[12288 + blockIdx.x] = s; }\n', 1)
     body = body.replace(ready, "    __syncthreads();\n" + f"    if (tid == 0) {{ unsigned long long t; {TIMER} "
                         "tk_times[2048 + blockIdx.x] = t; }\n    const int hi16 = lane >> 4;\n", 1)
-    body += f"    {{ unsigned long long t; {TIMER} if (lane == 0) atomicMax(&tk_times[2 * blockIdx.x + 1], t); }}\n"
-    return src[:i] + "__device__ unsigned long long tk_times[4096];\n" + body + src[j:]
+    body += (f"    {{ unsigned long long t; {TIMER} if (lane == 0) {{ atomicMax(&tk_times[2 * blockIdx.x + 1], t); "
+             "tk_times[4096 + 32 * blockIdx.x + warp] = t; }}\n")
+    return src[:i] + "__device__ unsigned long long tk_times[16384];\n" + body + src[j:]
 
 
 def block_features(g: sp.RowGroups) -> np.ndarray:
@@ -85,6 +87,27 @@ def block_features(g: sp.RowGroups) -> np.ndarray:
                     dtype=float)
 
 
+def warps_report(g: sp.RowGroups, wend: np.ndarray, each) -> None:
+    """Per block, its warps' ends after the panel (us): how far the last warp is behind the mean,
+    the SM's idle warp time, and how much of a warp's end its items' cost (16 per batch begun, 16
+    per item, as the plan splits blocks) explains."""
+    d = g.data.cpu().numpy().astype(np.int64)
+    nb, ni = g.n_blocks, g.n_items
+    blocks = d[:3 * nb].reshape(nb, 3)
+    at_items = (3 * nb + 1) & ~1
+    count = d[at_items:at_items + 2 * ni].reshape(ni, 2)[:, 1]
+    cost = 16 * (-(-count // 16) + 1)
+    wcost = np.array([[cost[lo + w:hi:32].sum() for w in range(32)] for _, lo, hi in blocks], dtype=float)
+    last = wend.max(1)
+    idle = (last[:, None] - wend).sum() / (32 * last).sum()
+    r_in = np.mean([np.corrcoef(wcost[b], wend[b])[0, 1] for b in range(nb) if wcost[b].std() > 0])
+    rep = np.corrcoef(each[0].ravel(), each[-1].ravel())[0, 1]
+    cv = (wcost.std(1) / wcost.mean(1)).mean()
+    print(f"  warps: last warp behind the block's mean warp end by {np.mean(last - wend.mean(1)):.2f} us (max "
+          f"{np.max(last - wend.mean(1)):.2f}); idle warp time after the panel {100 * idle:.1f}%; warp cost CV {cv:.3f}; "
+          f"corr(warp cost, end) within blocks {r_in:.2f}; warp ends run 1 vs 5 corr {rep:.2f}", flush=True)
+
+
 def fit(X: np.ndarray, y: np.ndarray, cols, names) -> str:
     A = np.c_[X[:, cols], np.ones(len(y))]
     c, *_ = np.linalg.lstsq(A, y, rcond=None)
@@ -101,6 +124,8 @@ def main() -> int:
           "| latest start |")
     print("|---|---|---|---|---|---|")
     allX, ally = [], []
+    out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None
+    dumps = {}
     for M, nnz, kind in SHAPES:
         p = (sp.uniform(M, M, nnz, seed=1) if kind == "uniform" else sp.rmat(M, M, nnz, seed=1)).to("cuda")
         A = torch.randn(M, 32, device="cuda", dtype=torch.float16)
@@ -117,14 +142,16 @@ def main() -> int:
         for _ in range(3):
             launch(*args, row_groups=g, groups_from_b=True)
         torch.cuda.synchronize()
-        times = cupy.ndarray((4096,), dtype=cupy.uint64, memptr=launch._modules[torch.cuda.current_device()].get_global("tk_times"))
-        runs = []
+        times = cupy.ndarray((16384,), dtype=cupy.uint64, memptr=launch._modules[torch.cuda.current_device()].get_global("tk_times"))
+        runs, wends, smids = [], [], []
         for _ in range(5):
             times[:] = 0
             launch(*args, row_groups=g, groups_from_b=True)
             torch.cuda.synchronize()
             t = cupy.asnumpy(times).astype(np.int64)
             runs.append((t[:2 * g.n_blocks:2], t[1:2 * g.n_blocks:2], t[2048:2048 + g.n_blocks]))
+            smids.append(t[12288:12288 + g.n_blocks])
+            wends.append(t[4096:4096 + 32 * g.n_blocks].reshape(g.n_blocks, 32) - t[2048:2048 + g.n_blocks, None])
         dur = np.median([e - s for s, e, _ in runs], 0) / 1e3
         panel = np.median([r - s for s, _, r in runs], 0) / 1e3
         late = np.median([(s - s.min()).max() for s, _, _ in runs]) / 1e3
@@ -132,11 +159,18 @@ def main() -> int:
         print(f"| {M}^2 {nnz} {kind} | {g.n_blocks} | {span:.1f} | {dur.min():.1f} / {dur.mean():.1f} / {dur.max():.1f} | "
               f"{panel.min():.2f} / {panel.mean():.2f} / {panel.max():.2f} | {late:.2f} |", flush=True)
         X = block_features(g)
+        if out:
+            dumps[f"{kind}{nnz}"] = dict(start=np.array([r[0] for r in runs]), end=np.array([r[1] for r in runs]),
+                                         ready=np.array([r[2] for r in runs]), smid=np.array(smids), wend=np.array(wends),
+                                         blocks=g.data[:3 * g.n_blocks].cpu().numpy().reshape(-1, 3), X=X)
+        warps_report(g, np.median(wends, 0) / 1e3, [w / 1e3 for w in wends])
         print(f"  within: {fit(X, dur * 1e3, [0, 1], names)}; {fit(X, dur * 1e3, [3], names)}", flush=True)
         allX.append(X)
         ally.append(dur * 1e3)
     X, y = np.concatenate(allX), np.concatenate(ally)
     print(f"all shapes: {fit(X, y, [0, 1], names)}")
+    if out:
+        np.savez(out, **{f"{k}_{f}": v for k, d in dumps.items() for f, v in d.items()})
     return 0
 
 

@@ -872,6 +872,18 @@ MUTANTS: list[Mutant] = [
       "spans = group_spans((item_seg // n_groups).cpu().numpy(), item_count.cpu().numpy(),",
       "the row groups' blocks split by entries, not by the items' cost (panels of many small items get too few "
       "blocks)", "cpu", tests=("tests/test_sddmm_groups.py",)),
+    M("sparse-groups-blocks-to-largest-panel", "tkc/sparse.py",
+      "base + per_panel / numpy.maximum(share, 1), -numpy.inf)", "base + per_panel, -numpy.inf)",
+      "the row groups' spare blocks all go to the costliest panel, not to the one whose blocks carry the most",
+      "cpu", tests=("tests/test_sddmm_groups.py",)),
+    M("sparse-groups-item-cost-one-batch", "tkc/sparse.py",
+      "GROUP_ITEM_COST = 2  #", "GROUP_ITEM_COST = 1  #",
+      "the row groups' blocks split with an item's own cost as one batch (R-MAT's panels of many short items get "
+      "too few blocks)", "cpu", tests=("tests/test_sddmm_groups.py",)),
+    M("sparse-groups-panel-load-free", "tkc/sparse.py",
+      "GROUP_COLUMN_COST = 2  #", "GROUP_COLUMN_COST = 0  #",
+      "the row groups' blocks split as if loading a panel cost nothing (a wide panel's blocks carry as much as a "
+      "narrow one's)", "cpu", tests=("tests/test_sddmm_groups.py",)),
     M("cuda-runtime-groups-b-kernel-ignored", "tkc/cuda_runtime.py",
       "kernels.append((self.group_b_kernel if from_b else self.group_kernel,",
       "kernels.append((self.group_kernel,",
