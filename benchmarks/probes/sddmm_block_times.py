@@ -14,9 +14,15 @@ and predicted ldmatrix wavefronts (4 per phase and class multiplicity); per shap
 block durations, the panel loads and the start offsets, then least-squares fits of the
 durations on those features (over all shapes, and within each shape).
 
-    source .device/env.sh && python3 benchmarks/probes/sddmm_block_times.py
+Per shape it also reports the warps: how far a block's last warp ends behind its warps' mean end,
+the SM's idle warp time after the panel, and how much of a warp's end its items' cost explains.
+`--out FILE.npz` saves every launch's per-block start, end, panel time, SM (`%smid`) and warp ends
+with the plan's spans and features, for analysis off the device.
 
-Outcome (H200, 2026-11-29): docs/PERFORMANCE.md, "K = 32 row groups: the phases' bank classes".
+    source .device/env.sh && python3 benchmarks/probes/sddmm_block_times.py [--out FILE.npz]
+
+Outcome (H200, 2026-11-29): docs/PERFORMANCE.md, "K = 32 row groups: the phases' bank classes"
+and "K = 32 row groups: blocks to the panels by D'Hondt; what a timed call adds".
 """
 
 from __future__ import annotations

@@ -129,6 +129,7 @@ struct alignas(8) uint2 { unsigned x, y; };  // CUDA's vector types (`<kernel>_g
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 struct alignas(8) int2 { int x, y; };  // (`<kernel>_groups` reads its items, slots and P indices by them)
 struct alignas(16) int4 { int x, y, z, w; };
+inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 // __byte_perm(x, y, s): byte i of the result is byte (s >> 4 i) & 7 of the 8 bytes y:x (CUDA's intrinsic)
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {

@@ -844,7 +844,7 @@ MUTANTS: list[Mutant] = [
       "CUDA: `<kernel>_groups_b` transposes B's panel with the columns of each pair swapped", "cpu",
       tests=("tests/test_sddmm_cuda_emulated.py",)),
     M("cuda-sddmm-groups-b-last-share", "codegen/cuda_sddmm.py",
-      "for (int v = tid; v < ncols; v += {GROUP_THREADS}) {{", "for (int v = tid; v < ncols - 1; v += {GROUP_THREADS}) {{",
+      "if (v >= ncols) break;", "if (v >= ncols - 1) break;",
       "CUDA: `<kernel>_groups_b` leaves the last 4 columns of its panel's last chunk of K untransposed", "cpu",
       tests=("tests/test_sddmm_cuda_emulated.py",)),
     M("cuda-sddmm-groups-k-permuted-apart", "codegen/cuda_sddmm.py",
