@@ -118,7 +118,8 @@ PANEL_LANE_VECTORS_MAX = 4
 # uniform and 38.7 R-MAT against the tile walk's 52.2 and the one-tile kernel's 45.0 (H200, graph replays,
 # benchmarks/probes/sddmm_row_groups.py `1024-128`, docs/PERFORMANCE.md "K = 32 by row groups"); 32.4-32.7 and
 # 33.0-33.2 with the phases' classes spread, vector loads and blocks by cost ("K = 32 row groups: the phases' bank
-# classes"). The runtime takes it by tkc/runtime.py `_groups_for`.
+# classes"); 31.9-32.0 and 32.0-32.2 with the panel's shares loaded at once ("K = 32 row groups: blocks to the panels
+# by D'Hondt"). The runtime takes it by tkc/runtime.py `_groups_for`.
 GROUP_K = 32
 GROUP_THREADS = 1024
 PANEL_DEPTH = 3  # `<kernel>_groups_b`: a thread's shares of its panel loaded at once (64 registers)

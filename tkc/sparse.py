@@ -446,9 +446,10 @@ class RowGroups:
 
     - data: int32, passed in dot_order's place (the vector loads' arrays aligned: items at word
       3 n_blocks rounded up to even, jn after them at a multiple of 32 words):
-      - blocks [n_blocks, 3]: (panel, first item, end item): blocks go to the panels, and a
-        panel's items are split among its blocks, by cost (16 per batch of 16 entries begun and
-        32 per item), and the blocks to the panels so that the most any block carries is least;
+      - blocks [n_blocks, 3]: (panel, first item, end item): a panel's items are split among
+        its blocks by cost (16 per batch of 16 entries begun and 32 per item), and the blocks go
+        to the panels so that the costliest block, its panel's load counted (`group_spans`), is
+        the least a split into whole blocks allows;
       - items [n_items, 2]: (group, count), in panel order;
       - jn [n_items, 2, 16, 4]: [h, e, i] the byte offset in the panel (`slot_base`) of the row
         of Bt of the item's slot 16 (4 h + i) + e (lane e's two 16-byte loads, each of the
