@@ -2,7 +2,8 @@
 
 A row has the shape (M, N, K, nnz), `pattern`, `variant`, `kind` ("tkc", "seed", "baseline"),
 `status`, `time_us` (None when not timed), `gflops`, `frac_floor`, the speedups `x_cusparse`,
-`x_seed`, `x_dense` (baseline time / row time), and optionally `graph_us`, `preprocess_us`. A group
+`x_seed`, `x_dense` (baseline time / row time), and optionally `graph_us`, `x_cusparse_graph`, `host_us`
+(the host's time to enqueue a call), `preprocess_us`. A group
 is {"shape", "pattern", "rows", "best"}: one (shape, pattern) and its fastest tkc row (or None).
 """
 
@@ -32,6 +33,8 @@ def print_row(r: dict) -> None:
             f"floor  x{fmt(r.get('x_cusparse'), '.2f')} cuSPARSE  err {fmt(r.get('rel_err'), '.1e')}")
     if r.get("graph_us") is not None:
         line += f"  graph {r['graph_us']:.1f} us"
+    if r.get("host_us") is not None:
+        line += f"  host {r['host_us']:.1f} us"
     if r.get("preprocess_us") is not None:
         line += f"  prep {r['preprocess_us']:.0f} us"
     if r["status"] != "ok":
@@ -47,8 +50,9 @@ def summary(groups: list[dict], meta: dict) -> str:
     """One line per (shape, pattern): the baselines, the fastest tkc example and its ratios."""
     lines = [f"SDDMM on {meta['device_name']} ({meta['date']}); copy {meta['copy']['tbps']:.2f} TB/s; median of "
              f"{meta['timer']}; target {meta['target']}; times in us",
-             "", "| shape | pattern | cuSPARSE | dense | seed (best) | tkc (best) | graph | GFLOP/s | % floor "
-             "| x cuSPARSE | x seed | x dense | prep |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "", "| shape | pattern | cuSPARSE | dense | seed (best) | tkc (best) | graph | host | GFLOP/s | % floor "
+             "| x cuSPARSE | x cuSPARSE (graphs) | x seed | x dense | prep |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for g in groups:
         by = {r["variant"]: r for r in g["rows"]}
         t = g["best"]
@@ -58,8 +62,10 @@ def summary(groups: list[dict], meta: dict) -> str:
             (f"{r['status']}: {r['note'][:40]}" for r in g["rows"] if r["kind"] == "tkc"), "-")
         lines.append(f"| {short_shape(g['shape'])} | {g['pattern']} | {_time(by.get('cusparse'))} "
                      f"| {_time(by.get('dense'))} | {_time(seed)} | {tkc} | {fmt(t and t.get('graph_us'), '.1f')} "
+                     f"| {fmt(t and t.get('host_us'), '.1f')} "
                      f"| {fmt(t and t['gflops'], '.0f')} | {fmt(t and 100 * t['frac_floor'], '.0f')} "
-                     f"| {fmt(t and t['x_cusparse'], '.1f')} | {fmt(t and t['x_seed'], '.2f')} "
+                     f"| {fmt(t and t['x_cusparse'], '.1f')} | {fmt(t and t.get('x_cusparse_graph'), '.1f')} "
+                     f"| {fmt(t and t['x_seed'], '.2f')} "
                      f"| {fmt(t and t['x_dense'], '.2f')} | {fmt(t and t.get('preprocess_us'), '.0f')} |")
     return "\n".join(lines)
 
@@ -67,16 +73,18 @@ def summary(groups: list[dict], meta: dict) -> str:
 def full_table(results: list[dict]) -> str:
     """Every row, as markdown (written beside the JSON)."""
     lines = ["| shape | pattern | variant | time (us) | GFLOP/s | % floor | x cuSPARSE | x seed | x dense | graph (us) "
-             "| prep (us) | status |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| x cuSPARSE (graphs) | host (us) | prep (us) | status |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if r["time_us"] is None:
-            lines.append(f"| {short_shape(r)} | {r['pattern']} | {r['variant']} | - | - | - | - | - | - | - | - "
+            lines.append(f"| {short_shape(r)} | {r['pattern']} | {r['variant']} | - | - | - | - | - | - | - | - | - | - "
                          f"| {r['status']}: {r['note'][:80]} |")
             continue
         lines.append(f"| {short_shape(r)} | {r['pattern']} | {r['variant']} | {r['time_us']:.1f} | {r['gflops']:.0f} "
                      f"| {100 * r['frac_floor']:.1f} | {fmt(r.get('x_cusparse'), '.2f')} "
                      f"| {fmt(r.get('x_seed'), '.2f')} | {fmt(r.get('x_dense'), '.2f')} "
-                     f"| {fmt(r.get('graph_us'), '.1f')} "
+                     f"| {fmt(r.get('graph_us'), '.1f')} | {fmt(r.get('x_cusparse_graph'), '.2f')} "
+                     f"| {fmt(r.get('host_us'), '.1f')} "
                      f"| {fmt(r.get('preprocess_us'), '.0f')} | {r['status']} |")
     return "\n".join(lines)
 

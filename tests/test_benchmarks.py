@@ -231,6 +231,39 @@ def test_sddmm_cpu_dry_run(tmp_path):
     assert (tmp_path / "sddmm.md").read_text().startswith("| shape | pattern | variant |")
 
 
+def test_host_ms_times_the_enqueue_rotating_over_the_sets():
+    """tkc.bench.host_ms: `calls` calls per round over the sets in turn, a synchronize before each
+    round and after the last, the best round's time per call (ms)."""
+    from tkc.bench import host_ms
+
+    seen, syncs = [], []
+    sets = [("a",), ("b",), ("c",)]
+    ms = host_ms(lambda x: seen.append(x), sets, calls=7, rounds=3, sync=lambda: syncs.append(len(seen)))
+    assert seen == ["a", "b", "c", "a", "b", "c", "a"] * 3
+    assert syncs == [0, 7, 14, 21]
+    assert 0 < ms < 1.0
+
+
+def test_sddmm_tables_show_the_graph_ratio_and_the_host():
+    """The sddmm tables carry each tkc row's host time to enqueue a call and its speedup over
+    cuSPARSE as graph replays (where both were timed so); '-' where not measured."""
+    report = load("sddmm_report")
+    s = {"M": 10000, "N": 10000, "K": 32, "nnz": 5_000_000}
+    tkc_row = {**s, "pattern": "rmat", "variant": "sddmm", "kind": "tkc", "status": "ok", "time_us": 52.0,
+               "gflops": 6154.0, "frac_floor": 0.188, "x_cusparse": 6.8, "x_seed": None, "x_dense": None,
+               "graph_us": 32.2, "x_cusparse_graph": 10.66, "host_us": 48.7}
+    cu = {**s, "pattern": "rmat", "variant": "cusparse", "kind": "baseline", "status": "ok", "time_us": 353.6,
+          "gflops": 905.0, "frac_floor": 0.028, "x_cusparse": 1.0, "graph_us": 343.2}
+    full = report.full_table([cu, tkc_row]).splitlines()
+    assert full[0].split(" | ")[9:12] == ["graph (us)", "x cuSPARSE (graphs)", "host (us)"]
+    assert full[3].split(" | ")[9:12] == ["32.2", "10.66", "48.7"] and full[2].split(" | ")[10:12] == ["-", "-"]
+    meta = {"device_name": "H200", "date": "2026-11-29", "copy": {"tbps": 4.2}, "timer": "do_bench", "target": "cuda"}
+    text = report.summary([{"shape": s, "pattern": "rmat", "rows": [cu, tkc_row], "best": tkc_row}], meta)
+    head, row = text.splitlines()[2], text.splitlines()[4]
+    assert "| graph | host |" in head and "| x cuSPARSE | x cuSPARSE (graphs) |" in head
+    assert "| 32.2 | 48.7 |" in row and "| 6.8 | 10.7 |" in row
+
+
 def test_seed_sddmm_plan_and_source(tmp_path):
     """The seed kernel's per-tile index covers every tile of the grid and every entry once, in
     tile order; too many tiles is SeedTooLarge; the CUDA source compiles for sm_90a where nvcc is."""

@@ -80,3 +80,24 @@ def graph_ms(timer: Timer, fn, sets, calls: int = 0) -> float:
         for i in range(calls):
             fn(*sets[i % len(sets)])
     return timer(graph.replay) / calls
+
+
+def host_ms(fn, sets, calls: int = 64, rounds: int = 5, sync=None) -> float:
+    """The host's time in ms to enqueue one `fn(*set)` call (rotating over `sets`): `calls` calls
+    between two synchronizes, best of `rounds`. Where it exceeds the time do_bench's L2 clear
+    gives the host (about 60-70 us on an H200), the call's do_bench time is the host's, not the
+    GPU's (docs/PERFORMANCE.md, "what a timed call adds"). `sync` defaults to
+    torch.cuda.synchronize."""
+    if sync is None:
+        import torch
+
+        sync = torch.cuda.synchronize
+    best = float("inf")
+    for _ in range(rounds):
+        sync()
+        t0 = time.perf_counter()
+        for i in range(calls):
+            fn(*sets[i % len(sets)])
+        best = min(best, (time.perf_counter() - t0) / calls)
+    sync()
+    return best * 1e3
