@@ -566,7 +566,7 @@ def _row_groups(p: SparsePattern, K: int, n_blocks: int, dense: bool) -> RowGrou
     r = torch.arange(nnz, device=dev) - torch.repeat_interleave(item_first, item_count)  # rank in the item
     # blocks by cost: a batch of 16 slots each, and two more for the item's own loads and stores (its
     # words, its rows of A, the stage read back and P written: about 2 batches' L1 wavefronts; block
-    # times fit 15-17 ns per item and 7-9 per batch, H200. By entries alone, R-MAT at 10000^2 with 1M
+    # times fit 13-17 ns per item and 6-9 per batch, H200. By entries alone, R-MAT at 10000^2 with 1M
     # entries took 16.5-17.1 us against 12.9-13.0; items placed so that each block's warps got equal
     # costs lost 4 us at 5M uniform)
     cost = (GROUP_BATCH * (-(-item_count // GROUP_BATCH) + GROUP_ITEM_COST)).cpu().numpy()
