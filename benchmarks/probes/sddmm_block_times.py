@@ -70,16 +70,19 @@ def timed_source(M: int, nnz: int) -> str:
     return src[:i] + "__device__ unsigned long long tk_times[16384];\n" + body + src[j:]
 
 
-def block_features(g: sp.RowGroups) -> np.ndarray:
-    """[blocks, 4]: items, batches, entries and predicted ldmatrix wavefronts per block."""
+def plan_arrays(g: sp.RowGroups):
+    """(data as int64, blocks [n_blocks, 3], items' counts, where jn starts) of a RowGroups plan."""
     d = g.data.cpu().numpy().astype(np.int64)
     nb, ni = g.n_blocks, g.n_items
-    blocks = d[:3 * nb].reshape(nb, 3)
     at_items = (3 * nb + 1) & ~1
-    items = d[at_items:at_items + 2 * ni].reshape(ni, 2)
-    at = (at_items + 2 * ni + 31) & ~31
+    return d, d[:3 * nb].reshape(nb, 3), d[at_items:at_items + 2 * ni].reshape(ni, 2)[:, 1], (at_items + 2 * ni + 31) & ~31
+
+
+def block_features(g: sp.RowGroups) -> np.ndarray:
+    """[blocks, 4]: items, batches, entries and predicted ldmatrix wavefronts per block."""
+    d, blocks, count, at = plan_arrays(g)
+    ni = g.n_items
     jn = d[at:at + 128 * ni].reshape(ni, 2, 16, 4).transpose(0, 1, 3, 2).reshape(ni, 16, 8)
-    count = items[:, 1]
     batches = -(-count // 16)
     group = (jn >> 4) & 7
     waves = np.zeros((ni, 16), dtype=np.int64)
@@ -95,14 +98,11 @@ def block_features(g: sp.RowGroups) -> np.ndarray:
 
 def warps_report(g: sp.RowGroups, wend: np.ndarray, each) -> None:
     """Per block, its warps' ends after the panel (us): how far the last warp is behind the mean,
-    the SM's idle warp time, and how much of a warp's end its items' cost (16 per batch begun, 16
-    per item, as the plan splits blocks) explains."""
-    d = g.data.cpu().numpy().astype(np.int64)
-    nb, ni = g.n_blocks, g.n_items
-    blocks = d[:3 * nb].reshape(nb, 3)
-    at_items = (3 * nb + 1) & ~1
-    count = d[at_items:at_items + 2 * ni].reshape(ni, 2)[:, 1]
-    cost = 16 * (-(-count // 16) + 1)
+    the SM's idle warp time, and how much of a warp's end its items' cost (as the plan splits
+    blocks: 16 per batch begun, 16 GROUP_ITEM_COST per item) explains."""
+    _, blocks, count, _ = plan_arrays(g)
+    nb = g.n_blocks
+    cost = sp.GROUP_BATCH * (-(-count // sp.GROUP_BATCH) + sp.GROUP_ITEM_COST)
     wcost = np.array([[cost[lo + w:hi:32].sum() for w in range(32)] for _, lo, hi in blocks], dtype=float)
     last = wend.max(1)
     idle = (last[:, None] - wend).sum() / (32 * last).sum()

@@ -22,6 +22,7 @@ import torch
 
 import tkc
 from tkc import sparse as sp
+from tkc.bench import host_ms
 
 
 def graph_us(fn, calls: int = 20, replays: int = 50) -> float:
@@ -40,17 +41,9 @@ def graph_us(fn, calls: int = 20, replays: int = 50) -> float:
 
 
 def host_us(fn, n: int = 150, rounds: int = 7) -> float:
-    """us of host time per call of `fn`: n calls enqueued between synchronizes, best of `rounds`."""
-    best = float("inf")
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        best = min(best, (t1 - t0) / n * 1e6)
-    return best
+    """us of host time per call of `fn`: n calls enqueued between synchronizes, best of `rounds`
+    (tkc.bench.host_ms)."""
+    return host_ms(lambda: fn(), [()], n, rounds) * 1e3
 
 
 def parts(kernel, A, B, p) -> None:
