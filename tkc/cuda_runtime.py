@@ -272,9 +272,16 @@ class CudaLaunch:
         (benchmarks/probes/sddmm_overhead.py). Without cuLaunchKernelEx, or with the tensors on
         another device than the current one, the kernels launch through CuPy / in that
         device's context."""
-        cupy, _, torch = _modules()
         keep = []
-        ptrs = [_pointer(t, keep) for t in tensors]
+        prepared = self._sampled_args([_pointer(t, keep) for t in tensors], tensors, fill_bt, dot_sequential, panels,
+                                      groups, from_b, keep)
+        self._sampled_go(*prepared)
+
+    def _sampled_args(self, ptrs: list, tensors, fill_bt: bool, dot_sequential: bool, panels, groups, from_b: bool,
+                      keep: list):
+        """(device index, argument values, the launches' key less the stream and context) of a
+        sampled gemm call on `tensors` (their pointers `ptrs`, which it edits): the plan's form
+        checked, its data in dot_order's place, n_tc and n_dot after the pointers."""
         n_items = group_blocks = 0
         if groups is not None:  # every entry by row groups: their data in dot_order's place
             if self.group_kernel is None:
@@ -294,31 +301,56 @@ class CudaLaunch:
             n_dot = panels.slots  # `<kernel>_panels` finds its items' stride and order by it (the tiles test n_dot > 0)
         if group_blocks:  # `<kernel>_groups` finds its arrays by its work items and slots
             n_tc, n_dot = groups.n_items, groups.slots
+        from_b = bool(from_b and group_blocks)
+        base = (index, n_tc, n_dot, fill_bt, tuple(tensors[1].shape), n_items, group_blocks, from_b)
+        return index, ptrs + [n_tc, n_dot], base
+
+    def _sampled_go(self, index: int, args: list, base: tuple) -> None:
+        """Launch a sampled gemm call's kernels with `args` (pointers, then n_tc and n_dot) and
+        the launches' key `base` (_sampled_args): the launches kept per thread and per (`base`,
+        stream, `programmatic_launch`), their slots filled, one cuLaunchKernelEx each."""
+        cupy, _, torch = _modules()
         handle = _raw_stream(torch, index)
         first_programmatic = _programmatic.get()
-        shape_b = tuple(tensors[1].shape)
         state = self._sampled_state.__dict__
-        from_b = bool(from_b and group_blocks)
-        key = (index, handle, n_tc, n_dot, fill_bt, shape_b, first_programmatic, n_items, group_blocks, from_b)
+        key = (base, handle, first_programmatic)
         held = state.get(key)
         if held is None:
-            held = self._sampled_launches(index, handle, len(ptrs) + 2, n_tc, n_dot, fill_bt, shape_b, first_programmatic,
-                                          n_items, group_blocks, from_b)
+            held = self._sampled_launches(handle, len(args), first_programmatic, *base)
             if len(state) >= _CONFIGS_KEPT:
                 state.clear()
             state[key] = held
         launches, values, pair = held
         if index != cupy.cuda.runtime.getDevice() or launches is None:  # another device's context, or no cuLaunchKernelEx
-            self._sampled_cupy(index, handle, ptrs, n_tc, n_dot, fill_bt, shape_b, first_programmatic, n_items,
+            _, n_tc, n_dot, fill_bt, shape_b, n_items, group_blocks, from_b = base
+            self._sampled_cupy(index, handle, args[:-2], n_tc, n_dot, fill_bt, shape_b, first_programmatic, n_items,
                                group_blocks, from_b)
             return
-        values[:] = ptrs + [n_tc, n_dot]  # (the driver copies the arguments at each launch)
-        pair[0], pair[1] = ptrs[1], ptrs[5]  # the transpose's B and Bt
+        values[:] = args  # (the driver copies the arguments at each launch)
+        pair[0], pair[1] = args[1], args[5]  # the transpose's B and Bt
         call = _cu_launch_kernel_ex()
         for config, function, params, _ in launches:
             status = call(config, function, params, None)
             if status:
                 raise BackendError(f"cuLaunchKernelEx failed with CUDA driver error {status}")
+
+    def bind_sampled(self, tensors, per_call, fill_bt: bool = False, dot_sequential: bool = False, dot_panels=None,
+                     row_groups=None, groups_from_b: bool = False) -> "SampledBinding | None":
+        """This sampled gemm's call on `tensors` (as `__call__` takes them) with its launch
+        keywords, bound: the tensors at the positions `per_call` (the dense operands, the
+        outputs, Bt) are given at each call, the others (the pattern's indices, the plan's
+        arrays), their pointers and the plan's sizes are taken once (SampledBinding). None where
+        a bound tensor is not 16-byte aligned (its pointer would be a copy's). Raises what
+        `__call__` raises for the keywords."""
+        keep = []
+        ptrs = [0 if i in per_call else _pointer(t, keep) for i, t in enumerate(tensors)]
+        index, args, base = self._sampled_args(ptrs, tensors, fill_bt, dot_sequential, dot_panels, row_groups,
+                                               groups_from_b, keep)
+        if keep:  # a bound array that needed an aligned copy: its pointer would not outlive this call
+            return None
+        # the bound tensors (and the plan's data) are kept alive with the binding: their pointers stay valid
+        held = [None if i in per_call else t for i, t in enumerate(tensors)] + [dot_panels, row_groups]
+        return SampledBinding(self, held, tuple(per_call), index, args, base)
 
     def _sampled_plan(self, index: int, n_tc: int, n_dot: int, fill_bt: bool, shape_b, n_items: int = 0,
                       group_blocks: int = 0, from_b: bool = False) -> list:
@@ -343,8 +375,8 @@ class CudaLaunch:
             kernels.append((self.dot_kernel, (-(-n_dot // self.dot_per_block), 1, 1), self.dot_block, 0, False))
         return kernels
 
-    def _sampled_launches(self, index: int, handle: int, n_args: int, n_tc: int, n_dot: int, fill_bt: bool, shape_b,
-                          first_programmatic: bool, n_items: int = 0, group_blocks: int = 0, from_b: bool = False):
+    def _sampled_launches(self, handle: int, n_args: int, first_programmatic: bool, index: int, n_tc: int, n_dot: int,
+                          fill_bt: bool, shape_b, n_items: int = 0, group_blocks: int = 0, from_b: bool = False):
         """(launches, argument slots, the transpose's slots) for _sampled: each launch a
         (config reference, CUfunction, parameter array, the config's attributes) for
         cuLaunchKernelEx, programmatic after
@@ -468,6 +500,30 @@ class CudaLaunch:
                         f"({per_sm} per SM x {sms} SMs)",
                         f"choose a grid of at most {per_sm * sms} blocks (a persistent grid that loops over the work), "
                         "or fewer threads, registers or shared memory per block")
+
+
+class SampledBinding:
+    """A sampled gemm's call on one pattern and plan with its pointers bound (CudaLaunch.bind_sampled):
+    call it with the tensors at the positions `per_call`, in order; the kernels launch as
+    `CudaLaunch.__call__` launches them on the full argument list. The host path of a call is the
+    per-call tensors' pointers and the launches: the pattern's and the plan's pointers (rows,
+    cols, the plan's arrays, the row groups' or panels' data) are taken once, and those tensors
+    are kept alive by the binding (tkc.runtime keeps it in the pattern's memo with the plan)."""
+
+    __slots__ = ("launch", "held", "per_call", "index", "args", "base")
+
+    def __init__(self, launch: CudaLaunch, held: list, per_call: tuple, index: int, args: list, base: tuple):
+        self.launch, self.held, self.per_call, self.index, self.args, self.base = (launch, held, per_call, index,
+                                                                                  args, base)
+
+    def __call__(self, *given) -> None:
+        if len(given) != len(self.per_call):
+            raise TypeError(f"a bound sampled gemm takes {len(self.per_call)} tensors, got {len(given)}")
+        keep = []
+        args = self.args.copy()
+        for i, t in zip(self.per_call, given):
+            args[i] = _pointer(t, keep)
+        self.launch._sampled_go(self.index, args, self.base)
 
 
 _programmatic = contextvars.ContextVar("tkc_programmatic_launch", default=False)

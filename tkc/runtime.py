@@ -516,7 +516,7 @@ class Kernel:
                     given_pattern._memo[(self._token, self.dot_below, tuple([
                         None if i == self._sampled_at else (t.shape, t.dtype, t.device)
                         for i, t in enumerate(original)]))] = (
-                        jit, [(shape, dtype, zeroed) for shape, dtype, zeroed in outs], pattern, plan, sampled[1])
+                        jit, [(shape, dtype, zeroed) for shape, dtype, zeroed in outs], pattern, plan, sampled[1], {})
             if plan.n_tc + plan.n_dot == 0:  # no entries: nothing to launch (P is empty or zeros)
                 return outputs[0] if len(outputs) == 1 else tuple(outputs)
             extras = [bt, *plan.launch_tensors(self.target)]
@@ -526,11 +526,21 @@ class Kernel:
     def _sampled_call(self, record, tensors):
         """A sampled gemm's call on a pattern object seen before with this dense signature
         (`record`, kept in the pattern's memo by the full path): allocate the outputs, pick B's
-        transposed form, launch."""
-        jit, outs, pattern, plan, b_at = record
+        transposed form, launch. On `cuda` with B contiguous, the launch is bound to the pattern
+        and plan after the first such call (`_bound`): only the dense operands', the outputs' and
+        Bt's pointers are taken per call."""
+        jit, outs, pattern, plan, b_at, bindings = record
         first = pattern.rows  # on the kernel's device
         outputs = [first.new_zeros(shape, dtype=dtype) if zeroed else first.new_empty(shape, dtype=dtype)
                    for shape, dtype, zeroed in outs]
+        b = tensors[b_at]
+        bound = bindings.get("cuda")
+        if bound is not None and b.is_contiguous():  # per call: the dense operands, the outputs, Bt
+            at = self._sampled_at
+            bt = b.new_empty((b.shape[1], b.shape[0])) if bound[1] else b  # (a view of B has B's pointer)
+            bound[0](*[t if t.is_contiguous() else t.contiguous() for i, t in enumerate(tensors) if i != at],
+                     *outputs, bt)
+            return outputs[0] if len(outputs) == 1 else tuple(outputs)
         if plan.n_tc + plan.n_dot == 0:
             return outputs[0] if len(outputs) == 1 else tuple(outputs)
         arrays = []
@@ -539,9 +549,29 @@ class Kernel:
                 arrays += [pattern.rows, pattern.cols]
             else:
                 arrays.append(t if t.is_contiguous() else t.contiguous())
-        bt, fill = self._b_transposed(plan, tensors[b_at], jit, pattern)
-        jit(*arrays, *outputs, bt, *plan.launch_tensors(self.target), **fill)
+        bt, fill = self._b_transposed(plan, b, jit, pattern)
+        launch_tensors = plan.launch_tensors(self.target)
+        jit(*arrays, *outputs, bt, *launch_tensors, **fill)
+        if self.target == "cuda" and b.is_contiguous() and "cuda" not in bindings:
+            bindings["cuda"] = self._bound(jit, arrays, outputs, b, bt, launch_tensors, fill)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _bound(self, jit, arrays, outputs, b, bt, launch_tensors, fill):
+        """(SampledBinding, whether Bt is allocated per call) for a `cuda` sampled gemm's calls
+        with B contiguous (and a plan with entries), or None where
+        the call cannot be bound: a CudaLaunch without `bind_sampled`, a Bt that is neither B's
+        memory (a view of B) nor the kernel's own transpose (`fill_bt`), a bound array that is
+        not 16-byte aligned."""
+        fresh = bool(fill.get("fill_bt"))
+        bind = getattr(jit, "bind_sampled", None)
+        if bind is None or (not fresh and bt.data_ptr() != b.data_ptr()):
+            return None
+        at = self._sampled_at  # (the pattern's rows and cols sit at at and at + 1 of `arrays`)
+        static = (at, at + 1)
+        tensors = [*arrays, *outputs, bt, *launch_tensors]
+        per_call = [i for i in range(len(arrays) + len(outputs) + 1) if i not in static]
+        binding = bind(tensors, per_call, **fill)
+        return None if binding is None else (binding, fresh)
 
     def _b_transposed(self, plan, b, jit, pattern):
         """(Bt, launch keywords) for the dot products of `plan` (and the tensor-core tiles of a

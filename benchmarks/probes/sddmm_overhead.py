@@ -53,7 +53,7 @@ def parts(kernel, A, B, p) -> None:
     from tkc import cuda_runtime as cr
 
     record = next(v for k, v in p._memo.items() if isinstance(k, tuple) and len(k) == 3 and isinstance(v, tuple)
-                  and len(v) == 5)  # Kernel.__call__'s kept record for this signature
+                  and len(v) == 6)  # Kernel.__call__'s kept record for this signature
     jit, _, pattern_tensors, plan, _ = record
     P = torch.empty(plan.n_tc + plan.n_dot, device="cuda")
     bt = B.new_empty((B.shape[1], B.shape[0]))

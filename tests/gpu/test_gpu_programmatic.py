@@ -134,6 +134,29 @@ def test_sampled_gemm_calls_in_a_row_read_their_own_b(tmp_path, monkeypatch):
     assert programmatic == [False, True, True] * 4  # per call: the transpose, then the tiles and the dot products
 
 
+@pytest.mark.parametrize("transposed", [False, True])
+def test_row_group_calls_in_a_row_read_their_own_operands(tmp_path, transposed):
+    """At K = 32 (every entry by row groups: 600k entries over 3000 x 6000) four calls in a row on
+    one pattern with a new A and B each: the first calls take the full path, the later ones the
+    pattern's kept record, bound to its plan (tkc/runtime.py `_sampled_call`: only A's, B's and
+    P's pointers taken per call). Each matches float64 torch at every entry; B contiguous
+    (`<kernel>_groups_b` reads it) or a transposed view (not bound)."""
+    from tkc import sparse as sp
+
+    p = sp.uniform(3000, 6000, 600_000, seed=9)
+    kernel = _sampled_kernel(tmp_path, None)
+    g = torch.Generator().manual_seed(9)
+    for call in range(4):
+        A = torch.randn(3000, 32, generator=g).half().cuda()
+        B = (torch.randn(32, 6000, generator=g) * (call + 1)).half().cuda()
+        if transposed:
+            B = B.t().contiguous().t()
+        P = kernel(A, B, p)
+        assert not P.isnan().any() and _matches(P, A, B, p), call
+    bindings = next(v for v in p._memo.values() if isinstance(v, tuple) and len(v) == 6)[5]
+    assert (bindings.get("cuda") is not None) == (not transposed)
+
+
 @pytest.mark.parametrize("K", [64, 512])
 @pytest.mark.parametrize("split", ["dots", "tiles"])
 def test_sampled_gemm_kernels_wait_for_a_long_transpose(tmp_path, split, K):
