@@ -17,7 +17,10 @@ median over 4 rotated input sets, and as CUDA-graph replays) in one run:
   (`_persistNB`: NB blocks).
 `--reads` adds the same bytes read with 1 to 4 16-byte loads per thread at once, through `__ldg` or
 `ld.global.nc.L1::no_allocate.L2::256B`, and grid-stride over 8 blocks per SM.
-Run on the device machine: `python3 benchmarks/probes/int8_gemv/w8a8.py [--reads]`.
+`--pdl` adds a column: the tkc kernels' graphs captured inside `tkc.programmatic_launch()` (each call
+launched while the one before it finishes, as `tkc llama` captures its step), and the ratio to the
+f16 GEMV captured alike; the hand-written kernels launch as before there.
+Run on the device machine: `python3 benchmarks/probes/int8_gemv/w8a8.py [--reads] [--pdl]`.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def main() -> None:
     from miss import copy_bandwidth
     from tkc.bench import Timer, graph_ms, rotating
     from tkc.cuda_runtime import CudaLaunch
+    from tkc.runtime import Kernel
 
     timer = Timer(cpu=False, warmup_ms=25, rep_ms=200)
     copy = copy_bandwidth(timer, "cuda", 1 << 30)
@@ -163,11 +167,17 @@ def main() -> None:
                 raise SystemExit(f"{name}: relative error {err}")
         us = timer(rotating(fn, sets)) * 1e3
         gus = graph_ms(timer, fn, sets) * 1e3
-        rows.append((name, us, gus, nbytes / (gus * 1e-6) / 1e12 / copy["tbps"] * 100))
-    base = rows[0][2]
-    print(f"{'variant':<22} {'us':>8} {'graph us':>9} {'% copy':>7} {'x f16 (graph)':>14}")
-    for name, us, gus, pct in rows:
-        print(f"{name:<22} {us:8.1f} {gus:9.1f} {pct:6.0f}% {base / gus:13.2f}x")
+        pgus = float("nan")
+        if "--pdl" in sys.argv and isinstance(fn, Kernel):  # (a tkc kernel: its launches take the attribute)
+            with tkc.programmatic_launch():
+                pgus = graph_ms(timer, fn, sets) * 1e3
+        rows.append((name, us, gus, nbytes / (gus * 1e-6) / 1e12 / copy["tbps"] * 100, pgus))
+    base, pbase = rows[0][2], rows[0][4]
+    print(f"{'variant':<22} {'us':>8} {'graph us':>9} {'% copy':>7} {'x f16 (graph)':>14}"
+          + (f" {'pdl graph us':>13} {'x f16 (pdl)':>12}" if "--pdl" in sys.argv else ""))
+    for name, us, gus, pct, pgus in rows:
+        print(f"{name:<22} {us:8.1f} {gus:9.1f} {pct:6.0f}% {base / gus:13.2f}x"
+              + (f" {pgus:13.2f} {pbase / pgus:11.3f}x" if "--pdl" in sys.argv else ""))
     nbytes = D * K + D * G * 4
     for name, gus in [("read W and S only", read_gus)] + reads:
         print(f"{name:<22} {'':>8} {gus:9.1f} {nbytes / (gus * 1e-6) / 1e12 / copy['tbps'] * 100:6.0f}% {base / gus:13.2f}x")
