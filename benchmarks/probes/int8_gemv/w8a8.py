@@ -37,6 +37,21 @@ D, K, GS = 11008, 4096, 64
 G = K // GS
 
 
+def read_only_source(n_w: int, n_s: int) -> str:
+    """A kernel `rd` (CudaLaunch source) that reads W's `n_w` and then S's `n_s` 16-byte words once (one
+    16-byte load per thread) and nothing else: the bytes' own time, a ceiling for every GEMV form."""
+    src = (
+        '// tkc-launch: {"kernel": "rd", "grid": [GRID, 1, 1], "block": [256, 1, 1], "cluster": [1, 1, 1], "smem_bytes": 0}\n'
+        '#include <cstdint>\n'
+        'extern "C" __global__ void __launch_bounds__(256) rd(const uint4* __restrict__ w, const uint4* __restrict__ s, '
+        'unsigned* __restrict__ out) {\n'
+        '    const long i = (long)blockIdx.x * 256 + threadIdx.x;\n'
+        '    const uint4 v = i < NW ? w[i] : s[i - NW];\n'
+        '    if ((v.x ^ v.y ^ v.z ^ v.w) == 0x9e3779b9u) out[0] = 1;  // keeps the loads\n'
+        '}\n')
+    return src.replace("GRID", str(-(-(n_w + n_s) // 256))).replace("NW", str(n_w))
+
+
 def main() -> None:
     import torch
 
@@ -99,17 +114,8 @@ def main() -> None:
          for tag, consts in (("", {}), ("_bd1", {"BD": 1}), ("_bd4", {"BD": 4}), ("_bd4_t512", {"BD": 4, "threads": 512}),
                              ("_bd8_t512", {"BD": 8, "threads": 512}), ("_bd2_t128", {"BD": 2, "threads": 128}))
     ] + [(name, fn, w8a8, ref_w8a8, D * K + D * G * 4 + K + G * 4 + D * 4) for name, fn in launches.items()]
-    read_src = (  # reads W and S once (16-byte loads, one per thread) and nothing else: the bytes' own time
-        '// tkc-launch: {"kernel": "rd", "grid": [GRID, 1, 1], "block": [256, 1, 1], "cluster": [1, 1, 1], "smem_bytes": 0}\n'
-        '#include <cstdint>\n'
-        'extern "C" __global__ void __launch_bounds__(256) rd(const uint4* __restrict__ w, const uint4* __restrict__ s, '
-        'unsigned* __restrict__ out) {\n'
-        '    const long i = (long)blockIdx.x * 256 + threadIdx.x;\n'
-        '    const uint4 v = i < NW ? w[i] : s[i - NW];\n'
-        '    if ((v.x ^ v.y ^ v.z ^ v.w) == 0x9e3779b9u) out[0] = 1;  // keeps the loads\n'
-        '}\n')
     n_w, n_s = D * K // 16, D * G * 4 // 16
-    read_src = read_src.replace("GRID", str(-(-(n_w + n_s) // 256))).replace("NW", str(n_w))
+    read_src = read_only_source(n_w, n_s)
     read_path = os.path.join(cache, "read_only.cu")
     with open(read_path, "w", encoding="utf-8") as f:
         f.write(read_src)
