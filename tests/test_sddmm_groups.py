@@ -8,6 +8,7 @@ emulation in tests/test_sddmm_cuda_emulated.py and on the GPU in tests/gpu/test_
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ from hypothesis import strategies as st
 
 from profiles import examples
 from tkc import sparse as sp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def decode(g: sp.RowGroups, M: int, N: int):
@@ -240,3 +243,29 @@ def test_row_groups_refuses(K, blocks, dense, M, N):
     p = sp.uniform(M, N, 10, seed=0)
     with pytest.raises(ValueError):
         sp.row_groups(p, K, blocks, dense)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_group_kernels_stream_the_plan_and_p(dtype, tmp_path):
+    """The row-group kernels read each plan word once and write each entry of P once: their loads
+    of the plan and their stores of P carry the evict-first hint (`__ldcs`, `__stcs`), so they do
+    not push other data out of L2. At 10000^2 with 5M entries, K = 32 (H200, graph us), 31.8-32.1
+    -> 30.8-31.1 with R-MAT entries (docs/PERFORMANCE.md, fourteenth session). A's rows, read again
+    by the items of other panels, keep plain loads. An f32 P takes `__stcs`; another output dtype a
+    plain store (no evict-first store of that type)."""
+    from codegen import cuda
+    from tkc import driver
+
+    path = tmp_path / f"sddmm_{dtype}.tk"
+    text = open(os.path.join(ROOT, "examples", "sddmm.tk"), encoding="utf-8").read().replace("f16[", f"{dtype}[")
+    path.write_text(text)
+    source = cuda.emit(driver.optimize(driver.frontend(str(path), {"K": 32}), "cuda"))
+    helper = source.split("void tk_o_stream(", 1)[1].split("\n}\n", 1)[0]
+    assert "__stcs(p, x);" in helper
+    for name in ("_groups", "_groups_b"):
+        body = source.split(f"{name}(", 1)[1].split('\nextern "C"', 1)[0]
+        assert "__ldcs(j4), j1 = __ldcs(j4 + 16)" in body and "__ldcs(reinterpret_cast<const int4*>(pr + " in body
+        assert "ws_ = __ldcs(si + " in body and "own_ = __ldcs(owner + " in body
+        assert body.count("__ldcs(items + ") == 2
+        assert "tk_o_stream(P + wr[u], " in body and "P[wr[u]]" not in body
+        assert "__ldcs(reinterpret_cast<const uint4*>(A + " not in body  # A's rows: plain loads

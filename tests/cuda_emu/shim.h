@@ -130,6 +130,8 @@ struct alignas(16) uint4 { unsigned x, y, z, w; };
 struct alignas(8) int2 { int x, y; };  // (`<kernel>_groups` reads its items, slots and P indices by them)
 struct alignas(16) int4 { int x, y, z, w; };
 inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+template <typename T> inline T __ldcs(const T* p) { return *p; }  // cache hints: plain accesses here
+template <typename T> inline void __stcs(T* p, T v) { *p = v; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 // __byte_perm(x, y, s): byte i of the result is byte (s >> 4 i) & 7 of the 8 bytes y:x (CUDA's intrinsic)
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
