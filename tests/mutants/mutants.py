@@ -873,7 +873,7 @@ MUTANTS: list[Mutant] = [
       "CUDA: `<kernel>_groups_b` stores B's rows in K's order where the panel holds k = 8 t + 2 c in word t of chunk c",
       "cpu", tests=("tests/test_sddmm_cuda_emulated.py",)),
     M("cuda-sddmm-groups-slot-byte", "codegen/cuda_sddmm.py",
-      "tk_o(stage[(ws >> (8 * u)) & 255u])", "tk_o(stage[(ws >> (4 * u)) & 255u])",
+      "wr[u], stage[(ws >> (8 * u)) & 255u])", "wr[u], stage[(ws >> (4 * u)) & 255u])",
       "CUDA: the row groups read rank 32 u + lane's slot from the wrong bits of its word", "cpu",
       tests=("tests/test_sddmm_cuda_emulated.py",)),
     M("sparse-groups-pads-at-zero", "tkc/sparse.py",
