@@ -84,7 +84,8 @@ def _sampled_kernels_wait_before_reading_bt(source: str) -> None:
             wait = groups.index("tk_pdl_wait();  // (launched programmatically only inside tkc.programmatic_launch)")
             assert all(not re.search(r"\b(A|B|Bt|P)(\[| \+)", line) for line in groups[:wait]), groups[:wait]
             panel = "B + " if name.endswith("_b") else "Bt + "
-            assert any(panel in line for line in groups[wait:]) and any("P[" in line for line in groups[wait:])
+            assert any(panel in line for line in groups[wait:]) and any(re.search(r"\bP(\[| \+)", line)
+                                                                         for line in groups[wait:])
     tiles = [b for n, b in bodies.items()
              if not n.endswith(("_dots", "_transpose_b", "_panels", "_groups", "_groups_b"))]
     for tile in tiles:
