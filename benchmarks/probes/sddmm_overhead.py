@@ -54,8 +54,9 @@ def parts(kernel, A, B, p) -> None:
 
     record = next(v for k, v in p._memo.items() if isinstance(k, tuple) and len(k) == 3 and isinstance(v, tuple)
                   and len(v) == 6)  # Kernel.__call__'s kept record for this signature
-    jit, _, pattern_tensors, plan, _, _ = record  # (the last: the record's bound launch, tkc/runtime.py)
-    P = torch.empty(plan.n_tc + plan.n_dot, device="cuda")
+    jit, _, pattern, plan, _, _ = record  # (the pattern on the kernel's device; the last: the bound launch)
+    pattern_tensors = (pattern.rows, pattern.cols)
+    P = torch.empty(p.nnz, device="cuda")
     bt = B.new_empty((B.shape[1], B.shape[0]))
     launch_data = plan.launch_tensors("cuda")
     tensors = (A, B, *pattern_tensors, P, bt, *launch_data)
