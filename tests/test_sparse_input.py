@@ -530,6 +530,53 @@ def _check_cuda_launch_data(plan, r, c, BM, BN):
                    for t in range(plan.n_tc) for s in range(ptr[t], ptr[t + 1]))
 
 
+@settings(max_examples=examples(10, 25), deadline=None)
+@given(_patterns(), st.integers(1, 5), st.integers(1, 5), st.integers(0, 3), st.integers(0, 40),
+       st.sampled_from(["csr", "coo"]))
+def test_dispatch_plan_orders_the_tiles_past_one_per_sm(pattern, BM, BN, dot_below, sms, fmt):
+    """With `sms` SMs and more tensor-core tiles than SMs, at most twice as many, the plan's tiles
+    are the row-major plan's in tile_order's order, each with its own entries in its own order
+    (tc_rc, tc_pos and tc_rbase follow); with fewer tiles, more, or no SMs, the row-major plan
+    itself. A tile whose entries moved with another tile's place computes wrong entries."""
+    from tkc.sparse import dispatch_plan, tile_order
+
+    M, N, rows, cols = pattern
+    p = as_pattern(_torch_coo(rows, cols, (M, N)), "coo")
+    if fmt == "csr":
+        p = as_pattern(_torch_coo(rows, cols, (M, N)).coalesce(), "csr")
+    base, plan = dispatch_plan(p, BM, BN, dot_below), dispatch_plan(p, BM, BN, dot_below, sms)
+    T = base.n_tc
+    perm = tile_order(base.tc_ptr[1:] - base.tc_ptr[:-1], sms).tolist() if 0 < sms < T <= 2 * sms else list(range(T))
+    assert plan.tc_m.tolist() == [base.tc_m[t] for t in perm] and plan.tc_n.tolist() == [base.tc_n[t] for t in perm]
+    bp, pp = base.tc_ptr.tolist(), plan.tc_ptr.tolist()
+    for i, t in enumerate(perm):  # tile t's entries, in the same order, at its new place
+        assert plan.tc_order[pp[i]:pp[i + 1]].tolist() == base.tc_order[bp[t]:bp[t + 1]].tolist()
+        assert plan.tc_rc[pp[i]:pp[i + 1]].tolist() == base.tc_rc[bp[t]:bp[t + 1]].tolist()
+    assert plan.dot_order.tolist() == base.dot_order.tolist()
+    _check_cuda_launch_data(plan, p.rows.tolist(), p.cols.tolist(), BM, BN)
+    _check_sequential(plan)
+    assert plan.tc_rbase.numel() == base.tc_rbase.numel()
+
+
+@settings(max_examples=examples(20, 60), deadline=None)
+@given(st.lists(st.integers(1, 100), min_size=2, max_size=60), st.data())
+def test_tile_order_puts_the_lightest_at_both_ends(counts, data):
+    """tkc.sparse.tile_order for T tiles on sms < T <= 2 sms SMs: a permutation whose last X =
+    T - sms tiles (each beside tile i < X while it runs) are the X lightest, whose first X are
+    the next X lightest, and whose middle goes heaviest first."""
+    from tkc.sparse import tile_order
+
+    T = len(counts)
+    sms = data.draw(st.integers(-(-T // 2), T - 1))
+    X = T - sms
+    perm = tile_order(torch.tensor(counts), sms).tolist()
+    assert sorted(perm) == list(range(T))
+    got = [counts[t] for t in perm]
+    ranked = sorted(counts)
+    assert sorted(got[T - X:]) == ranked[:X] and sorted(got[:X]) == ranked[X:2 * X]
+    assert got[X:T - X] == sorted(got[X:T - X], reverse=True)
+
+
 def test_dispatch_plan_row_bases_only_for_rows_in_order():
     """A coo pattern whose tile row has another tile's entry between two of its own in S's order
     has no tc_rbase (the kernel reads tc_order); one whose rows are merely interleaved has it;

@@ -620,7 +620,12 @@ class Kernel:
         if self.dot_below is not None and dot_below <= bm * bn:  # (no override without a tensor-core path)
             dot_below = int(self.dot_below)
         pattern = tensors[pattern_at]
-        plan = dispatch_plan(pattern, bm, bn, dot_below)
+        sms = 0  # (on `cuda`: the tiles past one per SM launched lightest at both ends, tkc.sparse.tile_order)
+        if self.target == "cuda" and pattern.rows.is_cuda:
+            import torch
+
+            sms = torch.cuda.get_device_properties(pattern.rows.device).multi_processor_count
+        plan = dispatch_plan(pattern, bm, bn, dot_below, sms)
         return (plan, *self._b_transposed(plan, tensors[b_at], jit, pattern))
 
     def _sampled(self, module):

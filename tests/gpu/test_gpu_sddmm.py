@@ -131,6 +131,28 @@ def test_cuda_dot_products_by_panels_and_by_rows(example, cache_dir, monkeypatch
     assert sizes == {128, 64, 32}
 
 
+@pytest.mark.parametrize("kind", ["rmat", "uniform"])
+def test_cuda_tiles_past_one_per_sm(kind, cache_dir):
+    """More tensor-core tiles than the GPU has SMs, at most twice as many (t x t tiles of
+    128 x 128, the last row and column 88 wide): the call's plan launches them in
+    tkc.sparse.tile_order's order (the lightest at both ends), and every entry matches float64
+    torch. R-MAT tiles of uneven weights, and uniform ones whose edge tiles are the light ones."""
+    kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target="cuda", cache_dir=cache_dir)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    t = next(t for t in range(1, 64) if t * t > sms)
+    assert t * t <= 2 * sms
+    M = N = 128 * t - 40
+    A, B = _operands(M, N, 72, torch.float16, 31)
+    p = _pattern(kind, M, N, M * N // 4, 31, "csr").to("cuda")
+    kernel.dot_below = SPLITS["tensor-cores"]
+    _check(kernel, A, B, p)
+    plan = p._memo[("dispatch", 128, 128, 0, sms)]  # (the call's plan, on the pattern it was given)
+    base = sp.dispatch_plan(p, 128, 128, 0)
+    counts = base.tc_ptr[1:] - base.tc_ptr[:-1]
+    assert plan.n_tc == t * t and plan.tc_m.tolist() == base.tc_m[sp.tile_order(counts, sms)].tolist()
+    assert plan.tc_n.tolist() == base.tc_n[sp.tile_order(counts, sms)].tolist()
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_odd_k_empty_rows_and_empty_pattern(target, cache_dir):
     kernel = tkc.compile(os.path.join(ROOT, "examples", "sddmm.tk"), target=target, cache_dir=cache_dir)
