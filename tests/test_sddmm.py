@@ -779,6 +779,10 @@ def test_explain_states_when_the_dot_products_go_by_panels(defines, target, pane
             "the GPU's L2")
     assert (line in out.stdout) == panels, out.stdout
     assert ("and the work items' slots are at most 2 per entry; else B is transposed" in out.stdout) == panels
+    # ... and, through `cuda`, the tensor-core tiles' launch order per pattern (tkc.sparse.tile_order)
+    order = ("  launch (cuda): where the tensor-core tiles outnumber the GPU's SMs by at most twice, the X tiles past "
+             "one per SM run beside others, so the 2 X lightest go to both ends of the launch")
+    assert (order in out.stdout) == (target == "cuda"), out.stdout
 
 
 def test_cuda_dot_products_go_by_column_panels_where_panels_are_sparse():

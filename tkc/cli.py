@@ -222,8 +222,8 @@ def cmd_compile(args) -> int:
     if args.explain:  # the code is still written with -o
         from passes.sparse_dispatch import explain
 
-        lines = (model_lines + explain(artifact.module) + _explain_walk(artifact) + _explain_panels(artifact)
-                 + _explain_groups(artifact))
+        lines = (model_lines + explain(artifact.module) + _explain_tile_order(artifact) + _explain_walk(artifact)
+                 + _explain_panels(artifact) + _explain_groups(artifact))
         print("\n".join(lines) if lines else f"{args.file}: no pass decisions to explain (no sampled gemm; "
               "`--schedule model` explains the cost model's choice of constants)")
         if not args.output:
@@ -243,6 +243,18 @@ def _sddmm_launch(artifact) -> dict:
     from codegen.cuda import launch_config
 
     return launch_config(artifact.source).get("sddmm", {})
+
+
+def _explain_tile_order(artifact) -> list[str]:
+    """The `cuda` sampled gemm's launch order of its tensor-core tiles per pattern
+    (tkc.sparse.tile_order, given the GPU's SM count by tkc/runtime.py)."""
+    sddmm = _sddmm_launch(artifact)
+    if not sddmm.get("tc_kernel"):
+        return []
+    return ["  launch (cuda): where the tensor-core tiles outnumber the GPU's SMs by at most twice, the X tiles "
+            "past one per SM run beside others, so the 2 X lightest go to both ends of the launch (the lightest X "
+            "last) and the rest heaviest first between; else in row-major order (decided per pattern at its first "
+            "call)"]
 
 
 def _explain_walk(artifact) -> list[str]:
