@@ -575,6 +575,9 @@ def test_tile_order_puts_the_lightest_at_both_ends(counts, data):
     ranked = sorted(counts)
     assert sorted(got[T - X:]) == ranked[:X] and sorted(got[:X]) == ranked[X:2 * X]
     assert got[X:T - X] == sorted(got[X:T - X], reverse=True)
+    for bad in (0, T, 2 * T):  # no SMs, as many SMs as tiles or more
+        with pytest.raises(ValueError, match="expected more tiles than SMs"):
+            tile_order(torch.tensor(counts), bad)
 
 
 def test_dispatch_plan_row_bases_only_for_rows_in_order():
