@@ -621,10 +621,9 @@ class Kernel:
             dot_below = int(self.dot_below)
         pattern = tensors[pattern_at]
         sms = 0  # (on `cuda`: the tiles past one per SM launched lightest at both ends, tkc.sparse.tile_order)
-        if self.target == "cuda" and pattern.rows.is_cuda:
-            import torch
-
-            sms = torch.cuda.get_device_properties(pattern.rows.device).multi_processor_count
+        if self.target == "cuda" and getattr(jit, "tc_kernel", None) and pattern.rows.is_cuda:
+            index = pattern.rows.get_device()
+            sms = jit.resident(index, jit.function(index, jit.tc_kernel).kernel.ptr)[1]
         plan = dispatch_plan(pattern, bm, bn, dot_below, sms)
         return (plan, *self._b_transposed(plan, tensors[b_at], jit, pattern))
 
