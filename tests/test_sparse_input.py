@@ -164,10 +164,12 @@ def test_to_torch_is_an_sddmm_reference():
     torch.testing.assert_close(out.values(), want)
 
 
-def test_to_device_is_memoized():
+def test_to_device_is_itself_there_and_memoized_elsewhere():
     p = uniform(5, 7, 9)
-    assert p.to("cpu") is p.to("cpu")
-    assert _entries(p.to("cpu")) == _entries(p)
+    assert p.to("cpu") is p and p.to(torch.device("cpu")) is p  # no copy (nor a second plan cache)
+    moved = p.to("meta")
+    assert moved is not p and p.to("meta") is moved and moved.rows.device.type == "meta"
+    assert (moved.M, moved.N, moved.nnz) == (p.M, p.N, p.nnz)
 
 
 # ---- validation ---------------------------------------------------------------------------

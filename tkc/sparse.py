@@ -77,8 +77,14 @@ class SparsePattern:
         return self.rows.numel()
 
     def to(self, device) -> SparsePattern:
-        """This pattern on `device`, memoized per device: one copy, keeping its own caches."""
-        key = ("to", str(device))
+        """This pattern on `device`: itself where it is there already, else one copy per device
+        (memoized), keeping its own caches."""
+        want = torch.device(device)
+        if want.type == "cuda" and want.index is None and self.rows.is_cuda:
+            want = torch.device("cuda", torch.cuda.current_device())
+        if self.rows.device == want:
+            return self
+        key = ("to", str(want))
         if key not in self._memo:
             moved = SparsePattern(self.M, self.N, self.fmt, self.rows.to(device), self.cols.to(device))
             moved._memo["checked"] = self._memo.get("checked", False)
