@@ -112,7 +112,8 @@ def main() -> None:
     ] + [(f"w8a8_example{tag}", tkc.compile(example, target="cuda", cache_dir=cache, **consts), w8a8, ref_w8a8,
           D * K + D * G * 4 + K + G * 4 + D * 4)
          for tag, consts in (("", {}), ("_bd1", {"BD": 1}), ("_bd4", {"BD": 4}), ("_bd4_t512", {"BD": 4, "threads": 512}),
-                             ("_bd8_t512", {"BD": 8, "threads": 512}), ("_bd2_t128", {"BD": 2, "threads": 128}))
+                             ("_bd8_t512", {"BD": 8, "threads": 512}), ("_bd2_t128", {"BD": 2, "threads": 128}),
+                             ("_bd1_t128", {"BD": 1, "threads": 128}), ("_bd1_t64", {"BD": 1, "threads": 64}))
     ] + [(name, fn, w8a8, ref_w8a8, D * K + D * G * 4 + K + G * 4 + D * 4) for name, fn in launches.items()]
     n_w, n_s = D * K // 16, D * G * 4 // 16
     read_src = read_only_source(n_w, n_s)
