@@ -20,7 +20,11 @@ median over 4 rotated input sets, and as CUDA-graph replays) in one run:
 `--pdl` adds a column: the tkc kernels' graphs captured inside `tkc.programmatic_launch()` (each call
 launched while the one before it finishes, as `tkc llama` captures its step), and the ratio to the
 f16 GEMV captured alike; the hand-written kernels launch as before there.
-Run on the device machine: `python3 benchmarks/probes/int8_gemv/w8a8.py [--reads] [--pdl]`.
+`--prefetch` (sixteenth session) adds `f16_tuned_pf` and `w8a8_example_pf`: the same generated kernels
+with one thread per block issuing `cp.async.bulk.prefetch.L2` of the block's rows of W (and S) before
+`griddepcontrol.wait` when launched programmatically, so those bytes move while the kernel before it
+finishes (a prefetch into L2 is safe whatever that kernel writes: L2 is coherent); timed with `--pdl`.
+Run on the device machine: `python3 benchmarks/probes/int8_gemv/w8a8.py [--reads] [--pdl] [--prefetch] [--only=NAME,...]`.
 """
 
 from __future__ import annotations
@@ -115,6 +119,33 @@ def main() -> None:
                              ("_bd8_t512", {"BD": 8, "threads": 512}), ("_bd2_t128", {"BD": 2, "threads": 128}),
                              ("_bd1_t128", {"BD": 1, "threads": 128}), ("_bd1_t64", {"BD": 1, "threads": 64}))
     ] + [(name, fn, w8a8, ref_w8a8, D * K + D * G * 4 + K + G * 4 + D * 4) for name, fn in launches.items()]
+    if "--prefetch" in sys.argv:
+        def prefetching(kernel, inputs, ranges):  # the kernel's generated source, its block's rows prefetched
+            _, jit = kernel.specialize(kernel.bind_dims(list(inputs)))
+            assert not jit._modules  # (not loaded yet: the edited source is what runs)
+            text = open(jit.source_path, encoding="utf-8").read()
+            enter = "    tk_pdl_enter(tk_pdl);"
+            assert text.count(enter) == 1
+            pf = "".join(f'        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"({ptr} + (size_t)blockIdx.x * '
+                         f'{n // size}), "r"({n}) : "memory");\n' for ptr, n, size in ranges)
+            text = text.replace(enter, "    if (tk_pdl && threadIdx.x == 0) {  // probe: the block's rows into L2\n" + pf
+                                + "    }\n" + enter)
+            with open(jit.source_path, "w", encoding="utf-8") as f:
+                f.write(text)
+            jit.source = text
+            return kernel
+
+        cache_pf = tempfile.mkdtemp()  # (their own sources: the plain variants keep theirs)
+        variants[1:1] = [("f16_tuned_pf", prefetching(tkc.compile(os.path.join(ROOT, "examples", "matmul_f16.tk"),
+                                                                   target="cuda", cache_dir=cache_pf, BD=2, BK=2048,
+                                                                   threads=256), f16[0], [("W", 2 * K * 2, 2)]),
+                          f16, ref_f16, D * K * 2 + K * 4 + D * 4)]
+        variants.append(("w8a8_example_pf", prefetching(tkc.compile(example, target="cuda", cache_dir=cache_pf), w8a8[0],
+                                                        [("W", 2 * K, 1), ("S", 2 * G * 4, 4)]),
+                         w8a8, ref_w8a8, D * K + D * G * 4 + K + G * 4 + D * 4))
+    only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
+    if only:  # `--only=NAME,...`: those variants (the first, the baseline, among them)
+        variants = [v for v in variants if v[0] in only]
     n_w, n_s = D * K // 16, D * G * 4 // 16
     read_src = read_only_source(n_w, n_s)
     read_path = os.path.join(cache, "read_only.cu")
