@@ -63,6 +63,18 @@ def test_rope_windows_match_torch(tmp_path, defines, pos):
     emulate.check_against_torch(path, defines, DISTS, {"pos": pos})
 
 
+@pytest.mark.parametrize("defines", [{"B": 3, "N": 72, "BN": 32, "threads": 32}, {"B": 2, "N": 1000, "BN": 256, "threads": 64},
+                                     {"B": 5, "N": 4096}], ids=["partial-block", "partial-block-wide", "defaults"])
+def test_accum_blocks_in_memory_order_match_torch(defines):
+    """examples/accum.tk's one grid index over the rows' column blocks (row i / cdiv(N, BN),
+    block i % cdiv(N, BN)): each block's 16-byte windows at the flattened offset, the last block of
+    a row partial where BN does not divide N, against torch."""
+    path = os.path.join(ROOT, "examples", "accum.tk")
+    src = _cuda(path, defines)
+    assert "const int i = blockIdx.x;" in src and "blockIdx.y" not in src
+    emulate.check_against_torch(path, defines, DISTS)
+
+
 STEP3 = """
 kernel tri<BC={bc}, threads=32>(X: f32[R, N]) -> (Y: f32[R, N])
     where R = {r}, N = {n}
