@@ -80,7 +80,7 @@ class SparsePattern:
         """This pattern on `device`: itself where it is there already, else one copy per device
         (memoized), keeping its own caches."""
         want = torch.device(device)
-        if want.type == "cuda" and want.index is None and self.rows.is_cuda:
+        if want.type == "cuda" and want.index is None and torch.cuda.is_available():  # ("cuda" and "cuda:0": one copy)
             want = torch.device("cuda", torch.cuda.current_device())
         if self.rows.device == want:
             return self
