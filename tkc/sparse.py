@@ -86,7 +86,7 @@ class SparsePattern:
             return self
         key = ("to", str(want))
         if key not in self._memo:
-            moved = SparsePattern(self.M, self.N, self.fmt, self.rows.to(device), self.cols.to(device))
+            moved = SparsePattern(self.M, self.N, self.fmt, self.rows.to(want), self.cols.to(want))
             moved._memo["checked"] = self._memo.get("checked", False)
             self._memo[key] = moved
         return self._memo[key]
@@ -676,8 +676,8 @@ def tile_order(counts: torch.Tensor, sms: int) -> torch.Tensor:
     entries on a GPU of `sms` SMs, sms < T <= 2 sms: the X = T - sms tiles past one per SM share
     an SM with another while they run (two tile blocks are resident per SM). As measured (not
     documented), the hardware places blocks 0 .. sms - 1 one per SM and block sms + i beside block
-    i, so the 2 X lightest tiles go to both ends (the heavier X of them first, the lightest X last) and the rest, heaviest first,
-    between. Measured (H200, 2026-11-30, docs/PERFORMANCE.md "the tiles' waves at K = 256"): 1504^2
+    i, so the 2 X lightest tiles go to both ends (the heavier X of them first, the lightest X
+    last) and the rest, heaviest first, between. Measured (H200, 2026-11-30, docs/PERFORMANCE.md "the tiles' waves at K = 256"): 1504^2
     with 746k R-MAT entries (144 tiles of 529 to 13787 entries) took 7.4 us as a graph against
     8.5-8.7 in row-major or heaviest-first order. `counts`: int tensor [T]; ValueError unless
     sms < T <= 2 sms."""
