@@ -75,6 +75,17 @@ def test_accum_blocks_in_memory_order_match_torch(defines):
     emulate.check_against_torch(path, defines, DISTS)
 
 
+@pytest.mark.parametrize("defines", [{"B": 3, "H": 72, "BN": 32, "threads": 32}, {"B": 2, "H": 1000, "BN": 256, "threads": 64}],
+                         ids=["partial-block", "partial-block-wide"])
+def test_silu_mul_blocks_in_memory_order_match_torch(defines):
+    """examples/silu_mul.tk's grid in memory order, as accum.tk's: the rows' column blocks under one
+    index, the last block of a row partial, against torch."""
+    path = os.path.join(ROOT, "examples", "silu_mul.tk")
+    src = _cuda(path, defines)
+    assert "const int i = blockIdx.x;" in src and "blockIdx.y" not in src
+    emulate.check_against_torch(path, defines, DISTS)
+
+
 STEP3 = """
 kernel tri<BC={bc}, threads=32>(X: f32[R, N]) -> (Y: f32[R, N])
     where R = {r}, N = {n}

@@ -3,17 +3,17 @@ row-wise example whose grid is (rows, column blocks) is timed in two forms, the 
 block: "rows first" (grid (E0, E1) as (v0, v1): v0 on blockIdx.x, the fastest, so the blocks that
 run together read pieces of many rows) and "memory order" (one index i over both, v0 = i / E1 and
 v1 = i % E1: blocks that run together read consecutive bytes of a row-major tensor). `memory_order`
-writes the second form from the first; examples/accum.tk is written in memory order since
-2026-11-30, so its "rows first" form is ROWS_FIRST_ACCUM (the file before). torch eager (the
-function a user would write, benchmarks/transformer.py `eager_fns`) runs in the same process.
-Each form is checked against the file's float64 reference, then timed as CUDA-graph replays over
-three input sets (tkc.bench.graph_ms), two rounds.
+writes the second form from the first; examples/accum.tk and silu_mul.tk are written in memory
+order since 2026-11-30, so their "rows first" forms are in ROWS_FIRST (the files before). torch
+eager (the function a user would write, benchmarks/transformer.py `eager_fns`) runs in the same
+process. Each form is checked against the file's float64 reference, then timed as CUDA-graph
+replays over three input sets (tkc.bench.graph_ms), two rounds.
 
 Prediction: memory order wins where a block reads a small piece of a long row (accum, silu_mul at
 16384 rows) and changes nothing where one block holds a whole row or one row is all there is.
-Outcome for accum (NVIDIA H200, 2026-11-30, docs/PERFORMANCE.md "accum's grid order"; run as a
-scratch script with the grid swapped, the same block order): 16384 x 4096 f16 93.8 us against 97.1
-rows first (eager 93.2-93.5), f32 193.3 against 199.6 (eager 186.1). This script has not run.
+Outcome (NVIDIA H200, 2026-11-30, docs/PERFORMANCE.md "Grid order of the elementwise examples"):
+memory order wins for accum (16384 x 4096 f16 93.8 us against 97.1, f32 191.2 against 198.4) and
+silu_mul (f32 186.2 against 192.0); rope lost 0.8-1.6 us at 16384 x 4096, and embedding tied.
 
     source .device/env.sh && python3 benchmarks/probes/decode_tiling/grid_order.py [NAME ...]
 """
@@ -29,14 +29,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
 
-ROWS_FIRST_ACCUM = """kernel accum<BN=1024, threads=256>(X: f32[B, N], D: f32[B, N]) -> (Y: f32[B, N])
+ROWS_FIRST = {"accum": """kernel accum<BN=1024, threads=256>(X: f32[B, N], D: f32[B, N]) -> (Y: f32[B, N])
     where B = 1, N = 4096
     reference "X + D"
 {
     grid (B, cdiv(N, BN)) as (b, n) threads(threads)
     Y[b : +1, n*BN : +BN] = X[b : +1, n*BN : +BN] + D[b : +1, n*BN : +BN]
 }
-"""
+""", "silu_mul": """kernel silu_mul<BN=1024, threads=256>(A: f32[B, H], G: f32[B, H]) -> (Y: f32[B, H])
+    where B = 1, H = 11008
+    reference "F.silu(A) * G"
+{
+    grid (B, cdiv(H, BN)) as (b, n) threads(threads)
+    Y[b : +1, n*BN : +BN] = silu(A[b : +1, n*BN : +BN]) * G[b : +1, n*BN : +BN]
+}
+"""}
 
 # (example, dims, runtime scalars, constant variants, tensor dtype); silu_mul's and accum's
 # 16384 x 4096 are issue 10's target shapes, the others decode shapes of benchmarks/transformer.py
@@ -95,8 +102,8 @@ def forms(name: str, dtype: str, workdir: str) -> dict[str, str]:
 
     with open(source({"kernel": name, "dtype": dtype}, workdir), encoding="utf-8") as f:
         text = f.read()
-    if name == "accum":
-        texts = {"rows first": ROWS_FIRST_ACCUM.replace("f32[", (dtype or "f32") + "["), "memory order": text}
+    if name in ROWS_FIRST:
+        texts = {"rows first": ROWS_FIRST[name].replace("f32[", (dtype or "f32") + "["), "memory order": text}
     else:
         texts = {"rows first": text, "memory order": memory_order(text)}
     paths = {}
