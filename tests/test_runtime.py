@@ -5,6 +5,7 @@ within the derived tolerance (tkc/oracle.py)."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -230,12 +231,80 @@ def test_runtime_scalar_one_compile_serves_every_position(tmp_path, target):
     (1.5, "runtime scalar `pos` takes a Python int or a one-element int32 tensor, got float 1.5"),
     (True, "runtime scalar `pos` takes a Python int or a one-element int32 tensor, got bool True"),
 ])
-def test_runtime_scalar_errors_at_the_call(tmp_path, pos, message):
-    kernel = tkc.compile(ATTENTION, target="interp", cache_dir=str(tmp_path), BT=16)
+@pytest.mark.parametrize("target", ["interp", "tilelang-cpu"])
+def test_runtime_scalar_errors_at_the_call(tmp_path, pos, message, target):
+    """A bad position is a located error, also after a good call made the signature take the
+    int-scalar path (Kernel._scalar, tilelang-cpu)."""
+    kernel = tkc.compile(ATTENTION, target=target, cache_dir=str(tmp_path), BT=16)
     q, kc = rand(2, 32, dtype=torch.float32), rand(40, 64)
+    kernel(q, kc, kc, 39)
     with pytest.raises(TkError) as info:
         kernel(q, kc, kc, pos)
     assert message in info.value.render()
+    assert info.value.render().startswith(ATTENTION + ":")
+
+
+def test_int_scalar_calls_take_the_short_path_and_keep_their_checks(tmp_path):
+    """A kernel with a runtime scalar, called again with a Python int at a seen signature, takes
+    the int-scalar path (Kernel._scalar): each position's result matches float64 torch, the
+    `requires pos < S` and the scalar's range are still checked per call (a bad one never
+    launches), and a position passed as a tensor is its own specialization."""
+    kernel = tkc.compile(ATTENTION, target="tilelang-cpu", cache_dir=str(tmp_path), BT=16)
+    module = frontend(ATTENTION, {"H": 2, "HD": 32, "S": 40, "KVD": 64})
+    inputs = oracle.random_inputs(module, 5, "cpu", "normal", {"pos": 7})
+    check_outputs(module, inputs, [kernel(*inputs)], "first call")
+    assert len(kernel._scalar) == 1
+    key = next(iter(kernel._scalar))
+    jit, *rest = kernel._scalar[key]
+    launched = []
+    kernel._scalar[key] = (lambda *a: launched.append(a[-1]) or jit(*a), *rest)
+    for pos in (0, 23, 39):
+        check_outputs(module, [*inputs[:-1], pos], [kernel(*inputs[:-1], pos)], f"pos={pos}")
+    assert launched == [0, 23, 39]
+    for bad, message in ((40, "requirement `pos < 40` does not hold"), (-3, "it must be in [0, 2^31)"),
+                         (2**31, "it must be in [0, 2^31)")):
+        with pytest.raises(TkError, match=re.escape(message)):
+            kernel(*inputs[:-1], bad)
+    assert launched == [0, 23, 39]
+    check_outputs(module, [*inputs[:-1], 11], [kernel(*inputs[:-1], torch.tensor([11], dtype=torch.int32))],
+                  "pos as a tensor")
+    assert launched == [0, 23, 39] and len(kernel._scalar) == 1
+
+
+_NAMES = ("pos", "n")
+
+
+def _exprs_strategy():
+    from hypothesis import strategies as st
+
+    from dsl import exprs
+
+    leaves = st.one_of(st.integers(0, 40).map(exprs.Num), st.sampled_from(_NAMES).map(exprs.Sym))
+    ops = ("+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=")
+    return st.recursive(leaves, lambda kids: st.one_of(
+        st.builds(exprs.Bin, st.sampled_from(ops), kids, kids),
+        st.builds(lambda f, a, b: exprs.Call(f, (a, b)), st.sampled_from(("cdiv", "min", "max")), kids, kids)),
+        max_leaves=8)
+
+
+def test_int_scalar_checks_agree_with_the_expression_evaluator():
+    """runtime._holds (the `requires` clauses written once as Python) is true exactly where
+    dsl.exprs.evaluate finds every clause nonzero, and false where a clause divides by zero."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from dsl import exprs
+    from tkc.runtime import _holds
+
+    @given(st.lists(_exprs_strategy(), min_size=1, max_size=3), st.integers(0, 50), st.integers(0, 50))
+    def check(conds, pos, n):
+        try:
+            want = all(exprs.evaluate(c, {"pos": pos, "n": n}) for c in conds)
+        except exprs.ExprError:  # division by zero: the full path reports it
+            want = False
+        assert _holds(conds, list(_NAMES))(pos, n) == want
+
+    check()
 
 
 def test_index_tensor_values_are_checked_at_launch(tmp_path):

@@ -13,6 +13,7 @@ import numbers
 import os
 
 from codegen import tilelang as tilelang_gpu
+from dsl import exprs
 from dsl.diagnostics import Loc, error
 from dsl.lower_sparse import SPARSE_FORMATS
 from dsl.parser import parse
@@ -184,6 +185,14 @@ class Kernel:
         self._plain: dict[tuple, tuple] = {}
         self._plain_ok = all(p.dims is not None and p.dtype not in SPARSE_FORMATS for p in self.ast.inputs) and not any(
             p.mutable for p in self.ast.outputs)
+        # Kernels with runtime scalars passed as Python ints (`pos` of a decode kernel) and dense
+        # tensors otherwise take a shorter path too: per call, each scalar's range and the
+        # `requires` over the scalars (folded once at the signature's dims) are checked, then the
+        # kernel launches; a failed check goes the full path, which reports it.
+        self._scalar: dict[tuple, tuple] = {}
+        self._scalar_ok = (any(p.dims is None for p in self.ast.inputs) and any(p.dims is not None for p in self.ast.inputs)
+                           and all(p.dtype not in SPARSE_FORMATS for p in self.ast.inputs)
+                           and not any(p.mutable for p in self.ast.outputs))
         # A sampled gemm (SDDMM) whose inputs are dense tensors and one checked pattern object
         # takes a shorter path too once that pattern object was seen with the same dense
         # signature: what the call needs (its split, the pattern's tensors, the outputs) is kept
@@ -378,16 +387,27 @@ class Kernel:
         the host otherwise (see `assume_valid`)."""
         import torch
 
-        try:
-            plain = self._plain.get(tuple([(t.shape, t.dtype, t.device) for t in tensors])) if self._plain else None
+        try:  # (a Python int, a runtime scalar's value, is None in the signature)
+            sig = tuple([None if type(t) is int else (t.shape, t.dtype, t.device) for t in tensors])
         except AttributeError:  # not a torch tensor: the full path converts it or reports it
-            plain = None
+            sig = None
+        plain = self._plain.get(sig) if self._plain and sig is not None else None
         if plain is not None:  # dense tensors only, nothing to check per call: allocate and launch
             jit, outs, _ = plain
             first = tensors[0]  # on the signature's device (new_empty: 0.5 us less than torch.empty)
             outputs = [first.new_empty(shape, dtype=dtype) for shape, dtype in outs]
             jit(*[t if t.is_contiguous() else t.contiguous() for t in tensors], *outputs)
             return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        scalar = self._scalar.get(sig) if self._scalar and sig is not None else None
+        if scalar is not None:  # dense tensors and int scalars: check the scalars, allocate, launch
+            jit, outs, at, names, checks = scalar
+            values = [tensors[i] for i in at]
+            if all(0 <= v < 2147483648 for v in values) and checks(*values):
+                arrays = [t if t.is_contiguous() else t.contiguous() for t in tensors if type(t) is not int]
+                first = arrays[0]
+                outputs = [first.new_empty(shape, dtype=dtype) for shape, dtype in outs]
+                jit(*arrays, *outputs, *values)
+                return outputs[0] if len(outputs) == 1 else tuple(outputs)
         if self._sampled_at is not None and len(tensors) == len(self._inputs):
             memo = getattr(tensors[self._sampled_at], "_memo", None)  # a SparsePattern seen before
             if memo is not None:
@@ -447,6 +467,12 @@ class Kernel:
                         and self.target != INTERP):
                     self._plain[tuple((t.shape, t.dtype, t.device) for t in tensors)] = (
                         jit, [(shape, dtype) for shape, dtype, _ in outs], tensors[0].device)
+                elif (self._scalar_ok and not indexed and fast[6] is None and not any(z for _, _, z in outs)
+                        and self.target != INTERP and all(type(t) is int or isinstance(t, torch.Tensor) for t in original)):
+                    entry = _scalar_entry(module, self.inputs, original, dynamic, scalar_names)
+                    if entry is not None:
+                        self._scalar[tuple(None if type(t) is int else (t.shape, t.dtype, t.device) for t in original)] = (
+                            jit, [(shape, dtype) for shape, dtype, _ in outs], *entry)
         else:
             tensors = tuple(self._as_tensor(t, i) if p.dims is None or p.dtype in SPARSE_FORMATS else t
                             for i, (p, t) in enumerate(zip(self.inputs, tensors)))
@@ -795,6 +821,53 @@ def assume_valid():
         yield
     finally:
         _assumed.reset(token)
+
+
+def _scalar_entry(module, inputs, call, dynamic: dict[str, int], scalar_names: list[str]):
+    """(the runtime scalars' positions in a call, their names, the `requires` clauses over them
+    folded at the module's dims and `dynamic`) for Kernel's int-scalar path, or None where a call
+    `call` whose scalars are all Python ints cannot take it (a clause that reads anything else)."""
+    at = [i for i, p in enumerate(inputs) if p.dims is None]
+    if len(at) != len(scalar_names) or not all(type(call[i]) is int for i in at):
+        return None
+    env = {**module.env, **dynamic}
+    checks = []
+    for op in module.func.body.ops:
+        if op.name == "tile.require" and op.attrs.get("runtime"):
+            cond = exprs.substitute(exprs.parse(op.attrs["cond"]), env)
+            if exprs.loads(cond) or not exprs.names(cond) <= set(scalar_names):
+                return None
+            checks.append(cond)
+    return at, scalar_names, _holds(checks, scalar_names)
+
+
+def _holds(conds: list, names: list[str]):
+    """A function of the runtime scalars `names` (Python ints, in order) that is true where every
+    condition of `conds` (dsl.exprs trees over those names) holds, false where one fails or
+    divides by zero (the full path then reports it): the trees written once as one Python
+    expression, so a call pays no tree walk."""
+    def py(e) -> str:
+        if isinstance(e, exprs.Num):
+            return str(int(e.value))
+        if isinstance(e, exprs.Sym):
+            return "s_" + e.name
+        if isinstance(e, exprs.Call):
+            a, b = (py(x) for x in e.args)
+            return {"cdiv": f"(-(-{a} // {b}))", "min": f"min({a}, {b})", "max": f"max({a}, {b})"}[e.fn]
+        op = {"/": "//"}.get(e.op, e.op)
+        return f"({py(e.a)} {op} {py(e.b)})"
+
+    body = " and ".join(f"bool({py(c)})" for c in conds) or "True"
+    params = ", ".join("s_" + n for n in names)
+    test = eval(f"lambda {params}: {body}", {"__builtins__": {"bool": bool, "min": min, "max": max}})  # noqa: S307
+
+    def holds(*values):
+        try:
+            return test(*values)
+        except ZeroDivisionError:
+            return False
+
+    return holds
 
 
 def check_runtime(module, values: dict[str, int], skip: set[str] = frozenset()) -> None:

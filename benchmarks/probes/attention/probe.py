@@ -4,7 +4,8 @@ the copy rate on the KV bytes (the target: 80%), and which structure gets there?
 Variants, checked against float64 torch, then timed (do_bench median over 3 rotated input sets,
 and as CUDA-graph replays) in one run:
 * `eager`: benchmarks/transformer.py's torch function;
-* `attention`, `attention_split`: the examples through `cuda`, at their defaults and tuned forms;
+* `attention`, `attention_split`, `attention_grid`: the examples through `cuda`, at their defaults
+  and tuned forms;
 * `split_last_NS_U`: hand/split_last.cu: NS blocks per head, the head's last block merges;
 * `kv_read_B_U`: hand/kv_read.cu: only the loads of the KV rows (the ceiling at this size).
 Run on the device machine: `python3 benchmarks/probes/attention/probe.py [PREFIX ...]` (the variants
@@ -56,6 +57,9 @@ def main() -> None:
                          ("attention_split", {"SPLIT": 16, "BT": 32, "threads": 128})]:
         k = tkc.compile(os.path.join(ROOT, "examples", name + ".tk"), target="cuda", cache_dir=cache, **consts)
         variants.append((f"{name} {consts or ''}", k))
+    for consts in ({}, {"SPLIT": 8}):  # a cooperative launch; O is its first output
+        k = tkc.compile(os.path.join(ROOT, "examples", "attention_grid.tk"), target="cuda", cache_dir=cache, **consts)
+        variants.append((f"attention_grid {consts or ''}", lambda q, kc, vc, pos, k=k: k(q, kc, vc, pos)[0]))
 
     def load(file, defines, grid):
         with open(os.path.join(HERE, "hand", file), encoding="utf-8") as f:
