@@ -61,9 +61,8 @@ CASES = [  # (example, dims, runtime scalars, constant variants, tensor dtype)
     ("accum", {"B": 16384, "N": 4096}, {}, [{}, {"BN": 4096, "threads": 512}, {"BN": 4096, "threads": 256},
                                             {"BN": 4096, "threads": 1024}, {"BN": 1024, "threads": 128},
                                             {"BN": 2048, "threads": 256}, {"BN": 2048, "threads": 128}], ""),
-    ("accum", {"B": 64, "N": 4096}, {}, [{}, {"BN": 4096, "threads": 512}, {"BN": 4096, "threads": 256}], ""),
-    ("accum", {"B": 1, "N": 4096}, {}, [{}, {"BN": 4096, "threads": 512}, {"BN": 4096, "threads": 256}], ""),
-    ("accum", {"B": 1, "N": 768}, {}, [{}, {"BN": 4096, "threads": 512}, {"BN": 4096, "threads": 256}], ""),
+    *[("accum", {"B": b, "N": n}, {}, [{}, {"BN": 2048}, {"BN": 512}, {"BN": 4096, "threads": 1024}], "")
+      for b in (1, 64) for n in (288, 768, 4096)],
     ("silu_mul", {"B": 16384, "H": 4096}, {}, [{}, {"BN": 2048}, {"BN": 4096, "threads": 256},
                                                                 {"BN": 4096, "threads": 512}, {"BN": 1024, "threads": 128}],
      "f16"),
