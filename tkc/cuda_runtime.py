@@ -244,16 +244,22 @@ class CudaLaunch:
         # the last argument (codegen/cuda.py PDL_ARG): whether this launch is programmatic
         fn_args = args + [numpy.int32(programmatic)] if self.pdl else args
         # the kernel's module lives in its device's context: switch only when that is not the current one
-        same = index == cupy.cuda.runtime.getDevice()
-        with contextlib.nullcontext() if same else cupy.cuda.Device(index):
-            if programmatic or self.cooperative:  # launch attributes: through cuLaunchKernelEx
-                function = self.function(index).kernel.ptr
-                if self.cooperative:
-                    self.check_resident(index, function, grid)
-                _launch_ex(function, grid, self.block, fn_args, self.smem, handle, programmatic=programmatic,
-                           cooperative=self.cooperative)
-            else:
-                self.function(index).kernel(grid, self.block, tuple(fn_args), self.smem, stream)
+        if index == cupy.cuda.runtime.getDevice():
+            self._launch(index, grid, fn_args, handle, stream, programmatic)
+        else:
+            with cupy.cuda.Device(index):
+                self._launch(index, grid, fn_args, handle, stream, programmatic)
+
+    def _launch(self, index: int, grid, fn_args: list, handle: int, stream, programmatic: bool) -> None:
+        """One launch of the kernel on device `index` (the current one) with its arguments."""
+        if programmatic or self.cooperative:  # launch attributes: through cuLaunchKernelEx
+            function = self.function(index).kernel.ptr
+            if self.cooperative:
+                self.check_resident(index, function, grid)
+            _launch_ex(function, grid, self.block, fn_args, self.smem, handle, programmatic=programmatic,
+                       cooperative=self.cooperative)
+        else:
+            self.function(index).kernel(grid, self.block, tuple(fn_args), self.smem, stream)
 
     def _sampled(self, tensors, fill_bt: bool, dot_sequential: bool = False, panels=None, groups=None,
                  from_b: bool = False) -> None:
@@ -695,9 +701,16 @@ def _modules():
 def _raw_stream(torch, index: int) -> int:
     """The handle of torch's current CUDA stream on device `index`: torch's own raw-stream query
     (what torch.compile's generated launchers call; 0.1 us) where this torch has it, else the
-    public Stream object's (1.6-3.3 us)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+    public Stream object's (1.6-3.3 us). The query is looked up once (a lookup on torch._C takes
+    about 1 us)."""
+    if _RAW_STREAM and _RAW_STREAM[1] is torch:
+        return _RAW_STREAM[0](index)
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (lambda i: torch.cuda.current_stream(i).cuda_stream)
+    _RAW_STREAM[:] = [raw, torch]
+    return raw(index)
+
+
+_RAW_STREAM: list = []  # [query, the torch module it came from] (_raw_stream)
 
 
 def build(artifact: driver.Artifact, cache: Cache | None = None) -> CudaLaunch:
