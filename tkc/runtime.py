@@ -467,12 +467,11 @@ class Kernel:
                         and self.target != INTERP):
                     self._plain[tuple((t.shape, t.dtype, t.device) for t in tensors)] = (
                         jit, [(shape, dtype) for shape, dtype, _ in outs], tensors[0].device)
-                elif (self._scalar_ok and not indexed and fast[6] is None and not any(z for _, _, z in outs)
-                        and self.target != INTERP and all(type(t) is int or isinstance(t, torch.Tensor) for t in original)):
+                elif (self._scalar_ok and sig is not None and not indexed and fast[6] is None
+                        and not any(z for _, _, z in outs) and self.target != INTERP):
                     entry = _scalar_entry(module, self.inputs, original, dynamic, scalar_names)
                     if entry is not None:
-                        self._scalar[tuple(None if type(t) is int else (t.shape, t.dtype, t.device) for t in original)] = (
-                            jit, [(shape, dtype) for shape, dtype, _ in outs], *entry)
+                        self._scalar[sig] = (jit, [(shape, dtype) for shape, dtype, _ in outs], *entry)
         else:
             tensors = tuple(self._as_tensor(t, i) if p.dims is None or p.dtype in SPARSE_FORMATS else t
                             for i, (p, t) in enumerate(zip(self.inputs, tensors)))
@@ -827,8 +826,8 @@ def _scalar_entry(module, inputs, call, dynamic: dict[str, int], scalar_names: l
     """(the runtime scalars' positions in a call, their names, the `requires` clauses over them
     folded at the module's dims and `dynamic`) for Kernel's int-scalar path, or None where a call
     `call` whose scalars are all Python ints cannot take it (a clause that reads anything else)."""
-    at = [i for i, p in enumerate(inputs) if p.dims is None]
-    if len(at) != len(scalar_names) or not all(type(call[i]) is int for i in at):
+    at = [i for i, p in enumerate(inputs) if p.dims is None]  # (the positions of `scalar_names`)
+    if not all(type(call[i]) is int for i in at):  # a scalar passed as a tensor
         return None
     env = {**module.env, **dynamic}
     checks = []

@@ -677,9 +677,9 @@ def tile_order(counts: torch.Tensor, sms: int) -> torch.Tensor:
     an SM with another while they run (two tile blocks are resident per SM). As measured (not
     documented), the hardware places blocks 0 .. sms - 1 one per SM and block sms + i beside block
     i, so the 2 X lightest tiles go to both ends (the heavier X of them first, the lightest X
-    last) and the rest, heaviest first, between. Measured (H200, 2026-11-30, docs/PERFORMANCE.md "the tiles' waves at K = 256"): 1504^2
-    with 746k R-MAT entries (144 tiles of 529 to 13787 entries) took 7.4 us as a graph against
-    8.5-8.7 in row-major or heaviest-first order. `counts`: int tensor [T]; ValueError unless
+    last) and the rest, heaviest first, between. Measured (H200, 2026-11-30, docs/PERFORMANCE.md
+    "the tiles' waves at K = 256"): 1504^2 with 746k R-MAT entries (144 tiles of 529 to 13787
+    entries) took 7.4 us as a graph against 8.5-8.7 in row-major or heaviest-first order. `counts`: int tensor [T]; ValueError unless
     sms < T <= 2 sms."""
     T = counts.numel()
     if not 0 < sms < T <= 2 * sms:
