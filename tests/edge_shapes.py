@@ -86,6 +86,16 @@ SPECS: dict[str, Spec] = {
     "examples/matmul_w8a8.tk": Spec({"D": 40, "G": 5, "GS": 32}, {"BD": 4, "NG": 2}, {"D": "BD", "G": "NG", "GS": 16},
                                     variants=({"NG": 8, "threads": 64},)),
     "examples/matmul_residual.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
+    # the int8 twins of the fused decode kernels: matmul_q8's tiles
+    "examples/matmul_q8_residual.tk": Spec({"D": 40, "G": 5, "GS": 32}, {"BD": 4, "NG": 2},
+                                           {"D": "BD", "G": "NG", "GS": 8}, variants=({"NG": 8, "threads": 64},)),
+    "examples/rmsnorm_matmul_q8.tk": Spec({"D": 40, "G": 5, "GS": 32}, {"BD": 4, "NG": 2},
+                                          {"D": "BD", "G": "NG", "GS": 8}, variants=({"NG": 8, "threads": 64},)),
+    # as rmsnorm_ffn_gate.tk, and `offset` too: its int8 weights put W1 @ xn far below 0 on whole
+    # rows, where silu underflows the reference to 0
+    "examples/rmsnorm_ffn_gate_q8.tk": Spec({"H": 40, "G": 5, "GS": 32}, {"BD": 4, "NG": 2},
+                                            {"H": "BD", "G": "NG", "GS": 8}, variants=({"NG": 8, "threads": 64},),
+                                            dists=("normal", "ints")),
     "examples/rmsnorm_matmul.tk": Spec({"D": 40, "K": 100}, {"BD": 4, "BK": 32}, {"D": "BD", "K": "BK"}),
     "examples/ffn_gate.tk": Spec({"H": 40, "K": 100}, {"BD": 4, "BK": 32}, {"H": "BD", "K": "BK"},
                                  # `wide` puts W1 @ X near -1e3 on whole rows: silu underflows to 0 there

@@ -137,12 +137,23 @@ def test_deferred_gemv_with_global_views_matches_torch(tmp_path, bd, bk, threads
                                            ("rmsnorm", {"B": 2, "N": 1000}),
                                            ("matmul_q8", {"D": 9, "G": 12, "GS": 32}),
                                            ("matmul_q8", {"D": 6, "G": 5, "GS": 48, "NG": 2, "threads": 64}),
+                                           ("matmul_q8_residual", {"D": 9, "G": 12, "GS": 32}),
+                                           ("rmsnorm_matmul_q8", {"D": 9, "G": 12, "GS": 32}),
+                                           ("rmsnorm_matmul_q8", {"D": 6, "G": 5, "GS": 48, "NG": 2, "threads": 64}),
                                            ("matmul_w8a8", {"D": 9, "G": 12, "GS": 32}),
                                            ("matmul_w8a8", {"D": 7, "G": 5, "GS": 48, "BD": 4, "threads": 64}),
                                            ("matmul_w8a8", {"D": 7, "G": 16, "GS": 64, "NG": 16, "threads": 64})])
 def test_examples_on_the_emulation(tmp_path, name, defines):
     with open(os.path.join(ROOT, "examples", f"{name}.tk"), encoding="utf-8") as f:
         _check(f.read(), tmp_path, ["offset", "wide"], defines)
+
+
+def test_int8_ffn_gate_on_the_emulation(tmp_path):
+    """rmsnorm_ffn_gate_q8 with its two accumulators and the gate; `normal` and `ints` (with `offset`
+    or `wide` inputs W1 @ xn sits far below 0 on whole rows and silu underflows the reference to 0
+    there, as for rmsnorm_ffn_gate.tk in tests/edge_shapes.py)."""
+    with open(os.path.join(ROOT, "examples", "rmsnorm_ffn_gate_q8.tk"), encoding="utf-8") as f:
+        _check(f.read(), tmp_path, ["normal", "ints"], {"H": 9, "G": 12, "GS": 32})
 
 
 def test_int8_tiles_get_16_wide_chunks(tmp_path):

@@ -106,6 +106,9 @@ CAPS: dict[str, dict[str, int]] = {
     "examples/matmul_residual.tk": {"D": 512},
     "examples/rmsnorm_matmul.tk": {"D": 512},
     "examples/matmul_q8.tk": {"D": 512},
+    "examples/matmul_q8_residual.tk": {"D": 512},
+    "examples/rmsnorm_matmul_q8.tk": {"D": 512},
+    "examples/rmsnorm_ffn_gate_q8.tk": {"H": 512},
     "examples/ffn_gate.tk": {"H": 512},  # W1, W3 11008 x 4096 f32: 360 MB
     "examples/rmsnorm_ffn_gate.tk": {"H": 512},
     "examples/qkv_rope.tk": {"D": 512, "KVD": 512},  # WQ, WK, WV 4096 x 4096 f32: 200 MB

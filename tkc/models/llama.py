@@ -8,10 +8,12 @@ caches, `mut` outputs), attention over positions 0..pos with grouped-query heads
 (`attention.tk`, KVD = n_kv_heads * head_size), `matmul_residual.tk` (wo and the residual add),
 `rmsnorm_ffn_gate.tk` (the FFN's rmsnorm, the SwiGLU up-projections and gate),
 `matmul_residual.tk` (w2 and the residual); then `rmsnorm_matmul.tk` for the final norm and the
-classifier. With int8 weights the GEMVs are `matmul_q8.tk` (q/k/v stacked, w1/w3 stacked), with
-`rmsnorm.tk`, `rope.tk` (q and k together), `kv_store.tk`, `silu_mul.tk` and `accum.tk` between
-them. Between kernels only views of the same memory change shape ([D, 1] GEMV outputs read as
-[1, D] rows).
+classifier. With int8 weights (runq.c's group-wise format) the same chain runs on the int8 twins:
+`rmsnorm_matmul_q8.tk` (the attention rmsnorm and the q/k/v GEMV over their stacked weights),
+`rope.tk` (q and k together), `kv_store.tk`, attention, `matmul_q8_residual.tk` (wo),
+`rmsnorm_ffn_gate_q8.tk`, `matmul_q8_residual.tk` (w2), then `rmsnorm_matmul_q8.tk` for the
+classifier. Between kernels only views of the same memory change shape ([D, 1] GEMV outputs read
+as [1, D] rows, activation rows as [G, GS] groups).
 
 On the GPU the whole step is one CUDA graph, ending with `argmax.tk` (the logits' argmax written
 where the next step reads its token id, for greedy decoding): the token id and the position live in one-element
@@ -83,8 +85,8 @@ class Llama:
         dtype: the kernels' weights: "f32" (every tensor f32: `matmul.tk`, `ffn_gate.tk`, f32
             copies of the f16 examples); "f16" (f16 weight matrices through `matmul_f16.tk` and
             an f16 `ffn_gate.tk`, f16 KV caches; activations f32); "int8" (runq.c's Q8_0 weights,
-            the file's or quantized here, through `matmul_q8.tk`, with `silu_mul.tk` between the
-            FFN's GEMVs; f16 KV caches; activations f32, not quantized as runq.c does).
+            the file's or quantized here, through the `_q8` examples; f16 KV caches; activations
+            f32, not quantized as runq.c does).
 
         layer_kernel: run each layer as one `llama_layer.tk` launch (a persistent grid, its phases
             separated by `sync grid`; target `cuda`, or `interp`) instead of five kernels; off by
@@ -150,8 +152,8 @@ class Llama:
             common.append(("attention_grid", caches, {"BT": 64, "SPLIT": split}))
         if dtype == "int8":
             plan = common + [("rope", {"X": "f32", "Y": "f32"}, {"HD": c.head_size}), ("kv_store", caches, {}),
-                             ("rmsnorm", None, {"BR": 1}), ("matmul_q8", None, {}), ("accum", None, {}),
-                             ("silu_mul", None, {})]
+                             ("rmsnorm_matmul_q8", None, {}), ("matmul_q8_residual", None, {}),
+                             ("rmsnorm_ffn_gate_q8", None, {})]
         else:
             f16 = dtype == "f16"
             qkv = {**(caches or {}), **({"WQ": "f16", "WK": "f16", "WV": "f16"} if f16 else {})}
@@ -178,11 +180,10 @@ class Llama:
                                    cache_dir=cache_dir, **consts) for key, retype, consts in plan}
         self.w = {n: getattr(weights, n).to(device=device, dtype=torch.float32).contiguous()
                   for n in ("token_embedding", "rms_att", "rms_ffn", "rms_final")}
-        # q, k and v come from one GEMV over their weights stacked by rows (wqkv); with int8, so do
-        # w1 and w3 (w13; f32 and f16 fuse them in ffn_gate instead)
-        stacked = {"wqkv": ("wq", "wk", "wv"), "wo": ("wo",), "w2": ("w2",), "wcls": ("wcls",)}
+        # q, k and v come from one GEMV over their weights stacked by rows (wqkv)
+        stacked = {"wqkv": ("wq", "wk", "wv"), "wo": ("wo",), "w2": ("w2",), "wcls": ("wcls",), "w1": ("w1",),
+                   "w3": ("w3",)}
         if dtype == "int8":
-            stacked["w13"] = ("w1", "w3")
             self.q = {}
             for name, parts in stacked.items():
                 qs = [weights.quantized.get(n) or self._quantize(getattr(weights, n)) for n in parts]
@@ -190,7 +191,6 @@ class Llama:
                 scales = torch.cat([b.reshape(*a.shape[:-1], -1) for a, b in qs], dim=-2)
                 self.q[name] = (q.to(device).contiguous(), scales.to(device=device, dtype=torch.float32).contiguous())
         else:
-            stacked.update(w1=("w1",), w3=("w3",))
             wdt = torch.float32 if dtype == "f32" else torch.float16
             self.w.update({name: torch.cat([getattr(weights, n) for n in parts], dim=-2).to(device=device, dtype=wdt)
                            .contiguous() for name, parts in stacked.items()})
@@ -250,14 +250,16 @@ class Llama:
 
         return quantize_q80(w.float(), _group_size(w.shape[-1], self.c.group_size))
 
-    def gemv(self, name: str, x: torch.Tensor, layer: int | None = None) -> torch.Tensor:
-        """int8: W @ x for weight `name` (of `layer`) and the activation row x [1, K]; [D, 1]."""
+    def q8(self, name: str, layer: int | None = None) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+        """int8 weight `name` (of `layer`) as the `_q8` examples take it: its group-wise views
+        W [D, G, GS] and S [D, G, 1], and (G, GS), the view of an activation row it multiplies."""
         q, s = self.q[name]
         if layer is not None:
             q, s = q[layer], s[layer]
         d, k = q.shape
-        gs = k // s.shape[-1]
-        return self.k["matmul_q8"](q.view(d, k // gs, gs), s.view(d, k // gs, 1), x.reshape(k // gs, gs))
+        groups = s.shape[-1]
+        gs = k // groups
+        return q.view(d, groups, gs), s.view(d, groups, 1), (groups, gs)
 
     @torch.no_grad()
     def step(self, token: int, pos: int) -> torch.Tensor:
@@ -401,9 +403,10 @@ class Llama:
         the caches' row pos), attention, matmul_residual (wo and the residual),
         rmsnorm_ffn_gate (the FFN's rmsnorm, w1, w3 and SwiGLU's gate), matmul_residual (w2 and
         the residual); 8 before those fusions (H100, 2026-11-26: stories110M f16 309.5 -> 280.5
-        us per step as a graph replay, benchmarks/probes/llama_step). With int8 weights, 12:
-        the norms, GEMVs (q/k/v stacked, w1/w3 stacked), rope, kv_store and residuals
-        separate."""
+        us per step as a graph replay, benchmarks/probes/llama_step). With int8 weights, 7:
+        rmsnorm_matmul_q8 (the attention rmsnorm and q/k/v), rope, kv_store, attention,
+        matmul_q8_residual (wo), rmsnorm_ffn_gate_q8, matmul_q8_residual (w2); 12 before those
+        fusions (the norms, the q/k/v and w1/w3 GEMVs, silu_mul and the residual adds apart)."""
         c, k, w = self.c, self.k, self.w
         dim, kv = c.dim, c.kv_dim
         x = k["embedding"](w["token_embedding"], self._ids)  # [1, dim]
@@ -416,8 +419,8 @@ class Llama:
                                      w["w3"][layer], w["w2"][layer], pos, kc, vc)[0]
                 continue
             if self.dtype == "int8":
-                qkv = self.gemv("wqkv", k["rmsnorm"](x, w["rms_att"][layer].view(1, dim)), layer)
-                qkv = qkv.view(1, dim + 2 * kv)
+                wq, sq, rows = self.q8("wqkv", layer)
+                qkv = k["rmsnorm_matmul_q8"](x.view(rows), w["rms_att"][layer].view(rows), wq, sq).view(1, dim + 2 * kv)
                 qk = k["rope"](qkv[:, :dim + kv], pos)  # [1, dim + kv]: q's heads, then k's
                 k["kv_store"](qk[:, dim:], qkv[:, dim + kv:], pos, kc, vc)
                 q = qk[0, :dim]
@@ -428,16 +431,19 @@ class Llama:
             o = k[self._att](q.view(c.n_heads, c.head_size), kc, vc, pos)
             o = o[0] if isinstance(o, tuple) else o  # attention_grid: (O, its scratch partials)
             if self.dtype == "int8":
-                x = k["accum"](x, self.gemv("wo", o.view(1, dim), layer).view(1, dim))
-                xb = k["rmsnorm"](x, w["rms_ffn"][layer].view(1, dim))
-                h13 = self.gemv("w13", xb, layer).view(1, 2 * c.hidden_dim)
-                hb = k["silu_mul"](h13[:, :c.hidden_dim], h13[:, c.hidden_dim:])
-                x = k["accum"](x, self.gemv("w2", hb, layer).view(1, dim))
+                wo, so, rows = self.q8("wo", layer)
+                x = k["matmul_q8_residual"](wo, so, o.reshape(rows), x.view(dim, 1)).view(1, dim)
+                w1, s1, rows = self.q8("w1", layer)
+                w3, s3, _ = self.q8("w3", layer)
+                hb = k["rmsnorm_ffn_gate_q8"](x.view(rows), w["rms_ffn"][layer].view(rows), w1, s1, w3, s3)
+                w2, s2, rows = self.q8("w2", layer)
+                x = k["matmul_q8_residual"](w2, s2, hb.view(rows), x.view(dim, 1)).view(1, dim)
             else:
                 x = k["matmul_residual"](w["wo"][layer], o.view(1, dim), x.view(dim, 1)).view(1, dim)
                 hb = k["rmsnorm_ffn_gate"](x, w["rms_ffn"][layer].view(1, dim), w["w1"][layer],
                                            w["w3"][layer]).view(1, c.hidden_dim)
                 x = k["matmul_residual:w2"](w["w2"][layer], hb, x.view(dim, 1)).view(1, dim)
         if self.dtype == "int8":
-            return self.gemv("wcls", k["rmsnorm"](x, w["rms_final"].view(1, dim))).view(c.vocab_size)
+            wc, sc, rows = self.q8("wcls")
+            return k["rmsnorm_matmul_q8"](x.view(rows), w["rms_final"].view(rows), wc, sc).view(c.vocab_size)
         return k["rmsnorm_matmul"](x, w["rms_final"].view(1, dim), w["wcls"]).view(c.vocab_size)
