@@ -400,7 +400,7 @@ class Kernel:
             return outputs[0] if len(outputs) == 1 else tuple(outputs)
         scalar = self._scalar.get(sig) if self._scalar and sig is not None else None
         if scalar is not None:  # dense tensors and int scalars: check the scalars, allocate, launch
-            jit, outs, at, names, checks = scalar
+            jit, outs, at, checks = scalar
             values = [tensors[i] for i in at]
             if all(0 <= v < 2147483648 for v in values) and checks(*values):
                 arrays = [t if t.is_contiguous() else t.contiguous() for t in tensors if type(t) is not int]
@@ -823,8 +823,8 @@ def assume_valid():
 
 
 def _scalar_entry(module, inputs, call, dynamic: dict[str, int], scalar_names: list[str]):
-    """(the runtime scalars' positions in a call, their names, the `requires` clauses over them
-    folded at the module's dims and `dynamic`) for Kernel's int-scalar path, or None where a call
+    """(the runtime scalars' positions in a call, the `requires` clauses over them folded at the
+    module's dims and `dynamic` as one test, _holds) for Kernel's int-scalar path, or None where a call
     `call` whose scalars are all Python ints cannot take it (a clause that reads anything else)."""
     at = [i for i, p in enumerate(inputs) if p.dims is None]  # (the positions of `scalar_names`)
     if not all(type(call[i]) is int for i in at):  # a scalar passed as a tensor
@@ -837,7 +837,7 @@ def _scalar_entry(module, inputs, call, dynamic: dict[str, int], scalar_names: l
             if exprs.loads(cond) or not exprs.names(cond) <= set(scalar_names):
                 return None
             checks.append(cond)
-    return at, scalar_names, _holds(checks, scalar_names)
+    return at, _holds(checks, scalar_names)
 
 
 def _holds(conds: list, names: list[str]):

@@ -679,8 +679,8 @@ def tile_order(counts: torch.Tensor, sms: int) -> torch.Tensor:
     i, so the 2 X lightest tiles go to both ends (the heavier X of them first, the lightest X
     last) and the rest, heaviest first, between. Measured (H200, 2026-11-30, docs/PERFORMANCE.md
     "the tiles' waves at K = 256"): 1504^2 with 746k R-MAT entries (144 tiles of 529 to 13787
-    entries) took 7.4 us as a graph against 8.5-8.7 in row-major or heaviest-first order. `counts`: int tensor [T]; ValueError unless
-    sms < T <= 2 sms."""
+    entries) took 7.4 us as a graph against 8.5-8.7 in row-major or heaviest-first order.
+    `counts`: int tensor [T]; ValueError unless sms < T <= 2 sms."""
     T = counts.numel()
     if not 0 < sms < T <= 2 * sms:
         raise ValueError(f"tile_order of {T} tiles on {sms} SMs: expected more tiles than SMs, at most twice as many")

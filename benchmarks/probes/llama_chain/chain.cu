@@ -330,8 +330,6 @@ __device__ float gather(Ctx& x, int src, int n, float* xs, float* xl, const floa
                 xs[3 * k + m] = g ? u * g[3 * k + m] : u;
             }
         }
-        for (int k = 0; k < MAXW; ++k) v[k] = 0.f;
-        (void)v;
     }
 #else
 #pragma unroll
